@@ -1,0 +1,64 @@
+# ddp-workshop. Every target creates the Python environment first if it is missing.
+#
+# The environment lives outside the clone, in a cache folder named after a hash of the Python
+# version and requirements.txt: a second clone, or a second `make test`, reuses the 5 GB install,
+# and changing a pin gives a new environment. Override with `make VENV=/path/to/venv ...`.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ddp-workshop
+ENV_KEY := $(shell $(PYTHON) -c 'import hashlib, sys; v = sys.version_info; print(f"py{v[0]}{v[1]}-" + hashlib.sha256(open("requirements.txt", "rb").read()).hexdigest()[:12])')
+VENV ?= $(CACHE_DIR)/venv-$(ENV_KEY)
+BIN := $(VENV)/bin
+READY := $(VENV)/.ready
+
+# The notebooks, the tests and every launched script import ddp_lib from this clone.
+export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
+
+NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
+
+.PHONY: help setup lab run test lint clean
+
+help:
+	@echo "make setup   create the Python environment ($(VENV))"
+	@echo "make lab     open the course in JupyterLab"
+	@echo "make run     execute every notebook headless into build/ (notebooks and HTML pages)"
+	@echo "make test    lint, unit tests and every notebook through nbval (what CI runs)"
+	@echo "make clean   remove build/, written scripts and run logs (keeps data/ and the environment)"
+
+setup: $(READY)
+
+# No prerequisite on purpose: the folder's name already changes with requirements.txt, and a
+# fresh clone's file times must not trigger a reinstall. The marker is written last, so an
+# interrupted install is redone from scratch.
+$(READY):
+	rm -rf "$(VENV)"
+	$(PYTHON) -m venv "$(VENV)"
+	"$(BIN)/python" -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch "$@"
+
+lab: $(READY)
+	cd notebooks && "$(BIN)/jupyter" lab
+
+run: $(READY)
+	rm -rf build/notebooks build/html
+	"$(BIN)/jupyter" nbconvert --to notebook --execute --ExecutePreprocessor.timeout=1800 \
+		--output-dir build/notebooks $(NOTEBOOKS)
+	"$(BIN)/jupyter" nbconvert --to html --output-dir build/html build/notebooks/*.ipynb
+	@echo
+	@echo "Executed notebooks: $(CURDIR)/build/notebooks/"
+	@echo "HTML pages:         $(CURDIR)/build/html/"
+
+lint: $(READY)
+	"$(BIN)/ruff" check .
+
+# Tests use the generated data set: deterministic, and no network needed.
+test: export DDP_WORKSHOP_DATASET ?= synthetic
+test: lint
+	"$(BIN)/python" -m pytest tests $(NOTEBOOKS) --nbval-lax --nbval-current-env \
+		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600
+
+clean:
+	rm -rf build notebooks/scripts notebooks/runs runs .pytest_cache .ruff_cache

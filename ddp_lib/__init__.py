@@ -1,0 +1,33 @@
+"""ddp_lib: the plumbing behind the ddp-workshop notebooks.
+
+It writes the lessons' scripts to disk, launches them under ``torchrun``, streams and collects
+what they print and report, finds or makes the data, and draws figures. It never does the thing
+a lesson teaches: that code stays in the scripts, in plain PyTorch.
+"""
+
+from ddp_lib.hardware import detect, plan, threads_per_process
+from ddp_lib.launch import LaunchError, LaunchResult, LaunchTimeout, RankFailed, launch
+from ddp_lib.metrics import report
+from ddp_lib.scripts import write_script
+
+__all__ = [
+    "LaunchError",
+    "LaunchResult",
+    "LaunchTimeout",
+    "RankFailed",
+    "detect",
+    "launch",
+    "load_ipython_extension",
+    "plan",
+    "report",
+    "threads_per_process",
+    "write_script",
+]
+
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext ddp_lib`` registers the ``%%write_script NAME`` cell magic."""
+    from ddp_lib.scripts import write_script_magic
+
+    ipython.register_magic_function(write_script_magic, magic_kind="cell",
+                                    magic_name="write_script")

@@ -1,0 +1,196 @@
+"""What hardware is here, and how the course uses it.
+
+Every lesson makes the same decision: with one CUDA GPU per process, train on ``cuda:LOCAL_RANK``
+with NCCL; otherwise train on the CPU with Gloo and split the CPU cores between the processes.
+This module makes that decision in one place so that notebooks can print it and explain why,
+and it also decides how large the lessons' experiments are (``course_sizes``), so that the whole
+series runs in minutes on a 2-core laptop and at full size on GPUs.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+BACKENDS = ("gloo", "nccl")
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """A snapshot of the compute this kernel can see."""
+
+    cpu_cores: int
+    cpu_model: str
+    cuda_gpus: int
+    gpu_names: tuple[str, ...]
+    nccl_available: bool
+    gloo_available: bool
+    torch_version: str
+    cuda_version: str | None
+
+    def summary(self) -> str:
+        """A few lines for a person: what is here, in words."""
+        lines = [
+            f"CPU      : {self.cpu_model} ({self.cpu_cores} usable cores)",
+            f"GPUs     : {self.cuda_gpus}"
+            + (f" ({', '.join(self.gpu_names)})" if self.gpu_names else " (no CUDA device visible)"),
+            f"PyTorch  : {self.torch_version}"
+            + (f", built with CUDA {self.cuda_version}" if self.cuda_version else ", CPU build"),
+            f"Backends : gloo {'yes' if self.gloo_available else 'no'}, "
+            f"nccl {'yes' if self.nccl_available else 'no'}",
+        ]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How ``nproc_per_node`` processes will run on this machine, and why."""
+
+    nproc_per_node: int
+    backend: str
+    device_type: str
+    threads_per_process: int
+    reason: str
+
+    def summary(self) -> str:
+        where = (
+            f"cuda:0 .. cuda:{self.nproc_per_node - 1}" if self.device_type == "cuda" else "the CPU"
+        )
+        return (
+            f"{self.nproc_per_node} process(es), backend {self.backend!r} on {where}, "
+            f"{self.threads_per_process} CPU thread(s) each.\nWhy: {self.reason}"
+        )
+
+
+def usable_cpu_cores() -> int:
+    """Cores this process may run on (the affinity mask on Linux, which containers restrict)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def detect() -> Hardware:
+    """Look at the machine once: CPU cores, CUDA GPUs, which distributed backends exist."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    available = dist.is_available()
+    return Hardware(
+        cpu_cores=usable_cpu_cores(),
+        cpu_model=_cpu_model(),
+        cuda_gpus=gpus,
+        gpu_names=tuple(torch.cuda.get_device_name(i) for i in range(gpus)),
+        nccl_available=available and dist.is_nccl_available(),
+        gloo_available=available and dist.is_gloo_available(),
+        torch_version=torch.__version__,
+        cuda_version=torch.version.cuda,
+    )
+
+
+def default_nproc_per_node(hw: Hardware | None = None) -> int:
+    """One process per GPU; two CPU processes where there is no GPU."""
+    hw = hw or detect()
+    return hw.cuda_gpus if hw.cuda_gpus > 0 else 2
+
+
+def plan(nproc_per_node: int | None = None, backend: str | None = None,
+         hw: Hardware | None = None) -> Plan:
+    """Choose backend and device for ``nproc_per_node`` processes on this machine.
+
+    Args:
+        nproc_per_node: processes on this machine; ``None`` means ``default_nproc_per_node``.
+        backend: force ``"gloo"`` or ``"nccl"``; ``None`` chooses. NCCL needs one GPU per process.
+        hw: the hardware to plan for; ``None`` detects it.
+
+    Raises:
+        ValueError: for a count below one, an unknown backend, or NCCL without enough GPUs.
+    """
+    hw = hw or detect()
+    n = default_nproc_per_node(hw) if nproc_per_node is None else nproc_per_node
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"nproc_per_node must be an integer >= 1, got {n!r}")
+    if backend is not None and backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS} or None, got {backend!r}")
+    enough_gpus = hw.cuda_gpus >= n
+    if backend == "nccl":
+        if not hw.nccl_available:
+            raise ValueError("backend='nccl' was asked for, but this PyTorch build has no NCCL. "
+                             "Use backend='gloo' (CPU) or leave backend=None.")
+        if not enough_gpus:
+            raise ValueError(
+                f"backend='nccl' needs one CUDA GPU per process: {n} processes were asked for "
+                f"but {hw.cuda_gpus} GPU(s) are visible. Use nproc_per_node<={hw.cuda_gpus} "
+                "or backend='gloo'."
+            )
+    if backend is None:
+        backend = "nccl" if enough_gpus and hw.nccl_available else "gloo"
+    if backend == "nccl":
+        reason = f"{hw.cuda_gpus} CUDA GPU(s) for {n} process(es): one GPU each, NCCL between them."
+        return Plan(n, "nccl", "cuda", max(1, hw.cpu_cores // n), reason)
+    if hw.cuda_gpus == 0:
+        reason = "no CUDA GPU is visible, so every process trains on the CPU and talks over Gloo."
+    elif not enough_gpus:
+        reason = (f"{n} processes but only {hw.cuda_gpus} GPU(s): NCCL needs one GPU per process, "
+                  "so the processes share the CPU and talk over Gloo.")
+    else:
+        reason = "Gloo on the CPU was asked for."
+    threads = max(1, hw.cpu_cores // n)
+    reason += (f" The {hw.cpu_cores} CPU core(s) are split between the processes: "
+               f"{threads} thread(s) each, so they do not fight over cores.")
+    return Plan(n, "gloo", "cpu", threads, reason)
+
+
+def threads_per_process(local_world_size: int | None = None) -> int:
+    """CPU threads each process on this machine should use: usable cores // local processes.
+
+    torchrun sets ``OMP_NUM_THREADS=1`` for every worker. That leaves cores idle when there are
+    fewer processes than cores; the opposite mistake (each process using every core) is worse,
+    because the processes then fight over the cores. Scripts call
+    ``torch.set_num_threads(threads_per_process())`` where the lesson can see it.
+
+    Args:
+        local_world_size: processes on this machine; ``None`` reads ``LOCAL_WORLD_SIZE``
+            (set by torchrun), else 1.
+    """
+    if local_world_size is None:
+        local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return max(1, usable_cpu_cores() // max(1, local_world_size))
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How big the lessons' experiments are on this hardware (one place for all notebooks)."""
+
+    train_samples: int
+    test_samples: int
+    epochs: int
+    batch_size: int
+    full_size: bool
+
+
+def course_sizes(hw: Hardware | None = None) -> Sizes:
+    """Small enough to run the series in minutes on CPU; full CIFAR-10 where a GPU is there.
+
+    ``DDP_WORKSHOP_FULL_SIZE=1`` forces the full size, ``=0`` the small one.
+    """
+    hw = hw or detect()
+    forced = os.environ.get("DDP_WORKSHOP_FULL_SIZE")
+    full = hw.cuda_gpus > 0 if forced is None else forced == "1"
+    if full:
+        return Sizes(train_samples=50_000, test_samples=10_000, epochs=5, batch_size=128,
+                     full_size=True)
+    return Sizes(train_samples=4_000, test_samples=1_000, epochs=2, batch_size=64,
+                 full_size=False)

@@ -1,0 +1,67 @@
+"""Write a lesson's training script from a notebook cell.
+
+The script's text lives in the notebook, where the lesson shows it; this module only puts it on
+disk, in a git-ignored ``scripts/`` folder beside the notebooks, so that ``torchrun`` (from the
+notebook or from a terminal) can run it. Writing is atomic (a running launch never reads half a
+file), re-writing identical text is quiet, and a syntax error is reported before anything runs.
+
+In a notebook::
+
+    %load_ext ddp_lib
+    %%write_script hello.py
+    import torch.distributed as dist
+    ...
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import textwrap
+from pathlib import Path
+
+SCRIPTS_DIR = Path("scripts")
+
+
+def write_script(name: str | os.PathLike, source: str, *,
+                 directory: str | os.PathLike = SCRIPTS_DIR, quiet: bool = False) -> Path:
+    """Write ``source`` to ``directory/name`` and return the path.
+
+    Args:
+        name: file name, e.g. ``"train.py"`` (a path with folders is kept as given).
+        source: the script's text; common indentation is removed.
+        directory: where relative names go; ``scripts/`` in the current folder by default.
+        quiet: print nothing.
+
+    Raises:
+        SyntaxError: the text is not valid Python (nothing is written).
+    """
+    path = Path(name)
+    if not path.is_absolute() and path.parent == Path("."):
+        path = Path(directory) / path
+    text = textwrap.dedent(source).strip("\n") + "\n"
+    compile(text, str(path), "exec")  # fail here, not in every rank at launch time
+    if path.exists() and path.read_text(encoding="utf-8") == text:
+        if not quiet:
+            print(f"{path} is up to date ({text.count(chr(10))} lines).")
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    if not quiet:
+        print(f"Wrote {path} ({text.count(chr(10))} lines).")
+    return path
+
+
+def write_script_magic(line: str, cell: str) -> None:
+    """``%%write_script NAME``: write the cell's text to ``scripts/NAME``."""
+    name = line.strip()
+    if not name:
+        raise ValueError("Usage: %%write_script NAME.py (then the script's text)")
+    write_script(name, cell)

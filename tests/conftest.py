@@ -1,0 +1,64 @@
+"""Shared fixtures: real scripts in a temporary folder, and a check that no process is left."""
+
+from __future__ import annotations
+
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+
+def processes_mentioning(text: str) -> list[psutil.Process]:
+    """Live processes whose command line mentions ``text`` (e.g. a test's temporary folder).
+
+    Workers of a stopped torchrun are re-parented away from this process, so looking at our
+    children alone would miss exactly the processes that leaked.
+    """
+    found = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if p.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if any(text in part for part in p.info["cmdline"] or ()):
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+def wait_until_gone(text: str, within: float) -> list[psutil.Process]:
+    """Wait up to ``within`` seconds for processes mentioning ``text`` to end; return the rest."""
+    deadline = time.monotonic() + within
+    left = processes_mentioning(text)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = processes_mentioning(text)
+    return left
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A temporary working folder; after the test, no process started from it may be alive."""
+    monkeypatch.chdir(tmp_path)
+    yield tmp_path
+    left = wait_until_gone(str(tmp_path), within=2)
+    for p in left:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    assert not left, f"processes left behind: {[' '.join(p.cmdline()) for p in left]}"
+
+
+@pytest.fixture
+def make_script(workdir: Path):
+    """Write a Python script into the test's folder and return its path."""
+
+    def make(name: str, source: str) -> Path:
+        path = workdir / name
+        path.write_text(textwrap.dedent(source))
+        return path
+
+    return make

@@ -1,0 +1,208 @@
+"""ddp_lib.launch with real torchrun launches: success, failures, timeouts, interrupts, leaks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import processes_mentioning, wait_until_gone
+
+from ddp_lib import LaunchTimeout, RankFailed, launch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+ALL_REDUCE = """
+    import os, sys
+    import torch
+    import torch.distributed as dist
+    from ddp_lib.metrics import report
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    t = torch.tensor([rank + 1.0])
+    dist.all_reduce(t)
+    print(f"rank {rank} of {dist.get_world_size()} got {t.item():g}")
+    print(f"warning from rank {rank}", file=sys.stderr)
+    print(f"backend={os.environ.get('DDP_BACKEND')} extra={os.environ.get('EXTRA')}")
+    report("sum", t.item(), step=rank)
+    dist.barrier()
+    dist.destroy_process_group()
+"""
+
+RANK1_FAILS = """
+    import os, sys
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    if dist.get_rank() == 1:
+        if sys.argv[1] == "raise":
+            raise ValueError("rank one gives up")
+        os.kill(os.getpid(), 9)
+    dist.all_reduce(torch.ones(1))  # rank 0 blocks here: rank 1 never joins
+    dist.destroy_process_group()
+"""
+
+SLEEPER = """
+    import sys, time
+    from pathlib import Path
+    print("started", flush=True)
+    Path(sys.argv[1]).touch()
+    time.sleep(300)
+"""
+
+
+def test_launch_streams_ranks_and_collects_metrics(make_script, capsys):
+    script = make_script("allreduce.py", ALL_REDUCE)
+    result = launch(script, nproc_per_node=2, backend="gloo", env={"EXTRA": "yes"}, timeout=120)
+    assert result.ok and result.returncode == 0
+    assert result.ranks() == [0, 1]
+    assert "rank 1 of 2 got 3" in result.output(1)
+    assert "warning from rank 0" in result.output(0, stream="stderr")
+    assert "warning from rank 0" not in result.output(0, stream="stdout")
+    assert "backend=gloo extra=yes" in result.output(1)
+    assert result.metric("sum", rank=0) == [(0, 3.0)]
+    assert result.metric("sum", rank=1) == [(1, 3.0)]
+    shown = capsys.readouterr()
+    assert "[rank1] rank 1 of 2 got 3" in shown.out
+    assert "[rank0] warning from rank 0" in shown.err
+    assert "$ torchrun" in shown.out and "127.0.0.1:0" in shown.out
+    assert (result.run_dir / "torchrun").is_dir()  # torchrun's logs stay with the launch
+
+
+def test_failing_rank_ends_launch_promptly_and_is_named(make_script):
+    script = make_script("fails.py", RANK1_FAILS)
+    start = time.monotonic()
+    with pytest.raises(RankFailed) as info:
+        launch(script, args=["raise"], nproc_per_node=2, timeout=120, stream=False)
+    elapsed = time.monotonic() - start
+    err = info.value
+    assert err.rank == 1 and err.exitcode == 1
+    assert "Rank 1 exited with code 1" in str(err)
+    assert "ValueError: rank one gives up" in str(err)
+    assert "Traceback" in str(err)
+    assert elapsed < 30, f"rank 0 was blocked in all_reduce, yet the launch took {elapsed:.0f} s"
+    assert not err.result.ok
+
+
+def test_rank_killed_by_signal_is_reported(make_script):
+    script = make_script("killed.py", RANK1_FAILS)
+    with pytest.raises(RankFailed) as info:
+        launch(script, args=["kill"], nproc_per_node=2, timeout=120, stream=False)
+    assert info.value.rank == 1
+    assert "killed by SIGKILL" in str(info.value)
+
+
+def test_check_false_returns_the_failed_result(make_script):
+    script = make_script("exit3.py", "import sys; print('bye'); sys.exit(3)\n")
+    result = launch(script, nproc_per_node=1, timeout=120, stream=False, check=False)
+    assert result.returncode != 0 and not result.ok
+    assert result.output(0) == "bye"
+
+
+def test_timeout_stops_everything(make_script, workdir):
+    script = make_script("sleeper.py", SLEEPER)
+    start = time.monotonic()
+    with pytest.raises(LaunchTimeout) as info:
+        launch(script, args=[workdir / "started"], nproc_per_node=2, timeout=12, stream=False)
+    assert time.monotonic() - start < 12 + 20
+    assert "did not finish within timeout=12 s" in str(info.value)
+    assert "started" in str(info.value)  # the last lines of each rank are shown
+    assert wait_until_gone(str(workdir), within=5) == []
+
+
+def _launch_in_child(workdir: Path, script: Path) -> subprocess.Popen:
+    """A separate Python process (like a notebook kernel) that launches ``script``."""
+    code = (f"import ddp_lib; ddp_lib.launch({str(script)!r}, args=[{str(workdir / 'started')!r}],"
+            " nproc_per_node=2, timeout=300)")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-c", code], cwd=workdir, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_workers(workdir: Path, kernel: subprocess.Popen, count: int = 2) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        workers = [p for p in processes_mentioning(str(workdir / "sleeper.py"))
+                   if "torch.distributed.run" not in " ".join(p.cmdline())]
+        if len(workers) >= count and (workdir / "started").exists():
+            return
+        assert kernel.poll() is None, kernel.communicate()
+        time.sleep(0.2)
+    raise AssertionError("the workers never started")
+
+
+def test_interrupt_stops_the_whole_launch(make_script, workdir):
+    script = make_script("sleeper.py", SLEEPER)
+    kernel = _launch_in_child(workdir, script)
+    _wait_for_workers(workdir, kernel)
+    kernel.send_signal(signal.SIGINT)  # what Jupyter's stop button sends
+    _, err = kernel.communicate(timeout=30)
+    assert "KeyboardInterrupt" in err
+    assert "interrupted: torchrun and all its workers were stopped" in err
+    assert wait_until_gone(str(workdir), within=5) == []
+
+
+def test_dying_kernel_takes_its_launch_with_it(make_script, workdir):
+    script = make_script("sleeper.py", SLEEPER)
+    kernel = _launch_in_child(workdir, script)
+    _wait_for_workers(workdir, kernel)
+    kernel.kill()  # no chance to clean up: the parent-death signal has to do it
+    kernel.communicate()
+    assert wait_until_gone(str(workdir), within=30) == []
+
+
+def test_two_launches_at_once_do_not_collide(make_script, workdir):
+    script = make_script("allreduce.py", ALL_REDUCE)
+    code = (f"import json, ddp_lib; r = ddp_lib.launch({str(script)!r}, nproc_per_node=2, "
+            "timeout=180, stream=False); print(json.dumps(r.metric('sum', rank=1)))")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    kernels = [subprocess.Popen([sys.executable, "-c", code], cwd=workdir, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for _ in range(2)]
+    for kernel in kernels:
+        out, err = kernel.communicate(timeout=240)
+        assert kernel.returncode == 0, err
+        assert json.loads(out.strip().splitlines()[-1]) == [[1, 3.0]]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"nproc_per_node": 0}, "nproc_per_node must be an integer >= 1"),
+        ({"nproc_per_node": "2"}, "nproc_per_node must be an integer >= 1"),
+        ({"nnodes": 2, "node_rank": 2, "rdzv_endpoint": "h:1"}, "node_rank must be in [0, nnodes)"),
+        ({"node_rank": -1}, "node_rank must be an integer >= 0"),
+        ({"nnodes": 2}, "every node must be given the same rdzv_endpoint"),
+        ({"rdzv_endpoint": "no-port"}, "rdzv_endpoint must look like 'host:port'"),
+        ({"timeout": 0}, "timeout must be a positive number"),
+        ({"backend": "mpi"}, "backend must be one of"),
+        ({"env": {"A": 1}}, "env must map strings to strings"),
+    ],
+)
+def test_bad_arguments_are_refused_before_anything_starts(make_script, workdir, kwargs, message):
+    script = make_script("ok.py", "print('never runs')\n")
+    with pytest.raises(ValueError) as info:
+        launch(script, **{"nproc_per_node": 1, **kwargs})
+    assert message in str(info.value)
+    assert not (workdir / "runs").exists()
+
+
+def test_nccl_without_a_gpu_per_process_is_refused(make_script):
+    import torch
+
+    script = make_script("ok.py", "print('never runs')\n")
+    too_many = torch.cuda.device_count() + 1
+    with pytest.raises(ValueError, match="one CUDA GPU per process|has no NCCL"):
+        launch(script, nproc_per_node=too_many, backend="nccl")
+
+
+def test_missing_script_is_refused(workdir):
+    with pytest.raises(FileNotFoundError, match="No script at"):
+        launch(workdir / "nope.py", nproc_per_node=1)
