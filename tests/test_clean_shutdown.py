@@ -38,7 +38,6 @@ RUNS = 20
 
 def test_ddp_script_exits_cleanly_every_time(make_script):
     script = make_script("ddp_small.py", DDP_SCRIPT)
-
     results = [launch(script, nproc_per_node=2, timeout=180, stream=False, check=False)
                for _ in range(RUNS)]
     failures = [f"run {i}: exit {r.returncode}\n{r.output()[-2000:]}"

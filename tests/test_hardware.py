@@ -1,0 +1,78 @@
+"""The backend/device decision and the course sizes, for machines we do and do not have."""
+
+from __future__ import annotations
+
+import pytest
+
+from ddp_lib import hardware
+from ddp_lib.hardware import Hardware
+
+
+def machine(gpus: int, cores: int = 8, nccl: bool = True) -> Hardware:
+    return Hardware(cpu_cores=cores, cpu_model="test CPU", cuda_gpus=gpus,
+                    gpu_names=tuple(f"GPU {i}" for i in range(gpus)), nccl_available=nccl,
+                    gloo_available=True, torch_version="2.x", cuda_version="13.0" if gpus else None)
+
+
+def test_cpu_laptop_uses_gloo_and_splits_the_cores():
+    plan = hardware.plan(None, hw=machine(gpus=0, cores=2))
+    assert (plan.nproc_per_node, plan.backend, plan.device_type) == (2, "gloo", "cpu")
+    assert plan.threads_per_process == 1
+    assert "no CUDA GPU" in plan.reason
+
+
+def test_one_gpu_per_process_uses_nccl():
+    plan = hardware.plan(None, hw=machine(gpus=4))
+    assert (plan.nproc_per_node, plan.backend, plan.device_type) == (4, "nccl", "cuda")
+    assert "cuda:0 .. cuda:3" in plan.summary()
+
+
+def test_more_processes_than_gpus_falls_back_to_gloo_and_says_why():
+    plan = hardware.plan(2, hw=machine(gpus=1, cores=8))
+    assert (plan.backend, plan.device_type, plan.threads_per_process) == ("gloo", "cpu", 4)
+    assert "NCCL needs one GPU per process" in plan.reason
+
+
+def test_gloo_can_be_forced_on_gpus():
+    plan = hardware.plan(2, backend="gloo", hw=machine(gpus=2))
+    assert plan.backend == "gloo" and "asked for" in plan.reason
+
+
+@pytest.mark.parametrize(("hw", "match"), [
+    (machine(gpus=1), "needs one CUDA GPU per process"),
+    (machine(gpus=4, nccl=False), "has no NCCL"),
+])
+def test_nccl_is_refused_where_it_cannot_work(hw, match):
+    with pytest.raises(ValueError, match=match):
+        hardware.plan(2, backend="nccl", hw=hw)
+
+
+@pytest.mark.parametrize("n", [0, -1, 1.5, True, "2"])
+def test_nonsense_process_counts_are_refused(n):
+    with pytest.raises(ValueError, match="integer >= 1"):
+        hardware.plan(n, hw=machine(gpus=0))
+
+
+def test_threads_per_process_reads_torchruns_local_world_size(monkeypatch):
+    cores = hardware.usable_cpu_cores()
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert hardware.threads_per_process() == max(1, cores // 2)
+    assert hardware.threads_per_process(cores * 4) == 1
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    assert hardware.threads_per_process() == cores
+
+
+def test_detect_describes_this_machine():
+    hw = hardware.detect()
+    assert hw.cpu_cores >= 1 and hw.gloo_available
+    text = hw.summary()
+    assert "CPU" in text and "GPUs" in text and hw.torch_version in text
+
+
+def test_course_sizes_small_on_cpu_full_on_gpu(monkeypatch):
+    monkeypatch.delenv("DDP_WORKSHOP_FULL_SIZE", raising=False)
+    small, full = hardware.course_sizes(machine(gpus=0)), hardware.course_sizes(machine(gpus=1))
+    assert not small.full_size and full.full_size
+    assert small.train_samples < full.train_samples
+    monkeypatch.setenv("DDP_WORKSHOP_FULL_SIZE", "1")
+    assert hardware.course_sizes(machine(gpus=0)).full_size
