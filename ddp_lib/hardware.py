@@ -37,7 +37,8 @@ class Hardware:
         lines = [
             f"CPU      : {self.cpu_model} ({self.cpu_cores} usable cores)",
             f"GPUs     : {self.cuda_gpus}"
-            + (f" ({', '.join(self.gpu_names)})" if self.gpu_names else " (no CUDA device visible)"),
+            + (f" ({', '.join(self.gpu_names)})" if self.gpu_names
+               else " (no CUDA device visible)"),
             f"PyTorch  : {self.torch_version}"
             + (f", built with CUDA {self.cuda_version}" if self.cuda_version else ", CPU build"),
             f"Backends : gloo {'yes' if self.gloo_available else 'no'}, "

@@ -278,7 +278,7 @@ def _new_run_dir(script: Path) -> Path:
     global _run_counter
     _run_counter += 1
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path.cwd() / "runs" / f"{script.stem}-{stamp}-{os.getpid()}-{_run_counter}"
+    return Path("runs") / f"{script.stem}-{stamp}-{os.getpid()}-{_run_counter}"
 
 
 def _child_env(extra: Mapping[str, str] | None, backend: str | None,

@@ -122,7 +122,7 @@ def test_small_cnn_learns_the_synthetic_classes(synthetic_root):
     x_test, y_test = tensors(data.SyntheticCIFAR10(synthetic_root, train=False))
     model = SmallCNN()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    for step in range(400):
+    for _ in range(400):
         idx = torch.randint(0, len(x), (64,))
         optimizer.zero_grad()
         torch.nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()

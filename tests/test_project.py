@@ -1,0 +1,42 @@
+"""The project's own files agree with each other."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pins(lines) -> dict[str, str]:
+    found = {}
+    for line in lines:
+        match = re.fullmatch(r"\s*(?:-\s+)?([A-Za-z0-9_.-]+)==([^\s#]+)\s*", line)
+        if match:
+            found[match.group(1).lower()] = match.group(2)
+    return found
+
+
+def test_requirements_pyproject_and_conda_pin_the_same_versions():
+    requirements = pins((ROOT / "requirements.txt").read_text().splitlines())
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pyproject = pins(project["dependencies"] + project["optional-dependencies"]["dev"])
+    conda = pins((ROOT / "environment.yml").read_text().splitlines())
+    assert requirements and requirements == pyproject == conda
+    assert requirements["torch"].split(".")[:2] == ["2", "14"]
+    assert requirements["torchvision"].startswith("0.29.")  # the release built for torch 2.14
+
+
+def test_ci_runs_the_readmes_test_command():
+    readme = (ROOT / "README.md").read_text()
+    assert "make test" in readme
+    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines()
+          if line.strip() and not line.startswith("#")]
+    assert ci[-1].strip() == "make test"
+
+
+def test_readme_lists_every_notebook():
+    readme = (ROOT / "README.md").read_text()
+    for notebook in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        assert notebook.name in readme, f"README does not mention {notebook.name}"
