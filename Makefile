@@ -61,4 +61,4 @@ test: lint
 		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600
 
 clean:
-	rm -rf build notebooks/scripts notebooks/runs runs .pytest_cache .ruff_cache
+	rm -rf build notebooks/scripts notebooks/runs notebooks/checkpoints notebooks/results runs .pytest_cache .ruff_cache

@@ -15,10 +15,13 @@ In a notebook::
 
 from __future__ import annotations
 
+import difflib
+import json
 import os
-import tempfile
 import textwrap
 from pathlib import Path
+
+from ddp_lib.files import atomic_write_text
 
 SCRIPTS_DIR = Path("scripts")
 
@@ -45,18 +48,35 @@ def write_script(name: str | os.PathLike, source: str, *,
         if not quiet:
             print(f"{path} is up to date ({text.count(chr(10))} lines).")
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    atomic_write_text(path, text)
     if not quiet:
         print(f"Wrote {path} ({text.count(chr(10))} lines).")
     return path
+
+
+def from_notebook(notebook: str | os.PathLike, name: str, *,
+                  directory: str | os.PathLike = SCRIPTS_DIR, quiet: bool = False) -> Path:
+    """Write the script that ``notebook`` writes with ``%%write_script name``, from its cell.
+
+    A later lesson that builds on an earlier lesson's script takes it from that notebook's
+    source, so the two can never drift apart, even if the earlier lesson was not run here.
+    """
+    cells = json.loads(Path(notebook).read_text(encoding="utf-8"))["cells"]
+    for cell in cells:
+        source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+        first, _, body = source.partition("\n")
+        if cell["cell_type"] == "code" and first.split() == ["%%write_script", name]:
+            return write_script(name, body, directory=directory, quiet=quiet)
+    raise LookupError(f"{notebook} has no '%%write_script {name}' cell")
+
+
+def diff(old: str | os.PathLike, new: str | os.PathLike, context: int = 3) -> str:
+    """The unified diff (as ``diff -u`` prints it) from one script file to another."""
+    old, new = Path(old), Path(new)
+    return "".join(difflib.unified_diff(
+        old.read_text(encoding="utf-8").splitlines(keepends=True),
+        new.read_text(encoding="utf-8").splitlines(keepends=True),
+        fromfile=str(old), tofile=str(new), n=context))
 
 
 def write_script_magic(line: str, cell: str) -> None:

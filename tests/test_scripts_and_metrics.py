@@ -7,7 +7,8 @@ import json
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from ddp_lib import metrics, write_script
+from ddp_lib import metrics, results, scripts, write_script
+from ddp_lib.files import atomic_write_text
 
 
 def test_write_script_dedents_and_reports(workdir, capsys):
@@ -70,3 +71,43 @@ def test_report_prints_under_plain_torchrun(monkeypatch, capsys):
 
 def test_reading_a_missing_metrics_file_gives_nothing(tmp_path):
     assert metrics.read(tmp_path / "none.jsonl") == []
+
+
+def test_from_notebook_writes_the_cell_of_another_lesson(workdir):
+    nb = {"cells": [
+        {"cell_type": "markdown", "source": "%%write_script a.py\nnot code"},
+        {"cell_type": "code", "source": ["%%write_script other.py\n", "x = 0\n"]},
+        {"cell_type": "code", "source": ["%%write_script a.py\n", "x = 1\n", "print(x)\n"]},
+    ]}
+    (workdir / "lesson.ipynb").write_text(json.dumps(nb))
+    path = scripts.from_notebook(workdir / "lesson.ipynb", "a.py", quiet=True)
+    assert path.read_text() == "x = 1\nprint(x)\n"
+    with pytest.raises(LookupError, match="no '%%write_script b.py' cell"):
+        scripts.from_notebook(workdir / "lesson.ipynb", "b.py")
+
+
+def test_diff_is_a_unified_diff_of_the_files(workdir):
+    old = write_script("old.py", "a = 1\nb = 2\n", quiet=True)
+    new = write_script("new.py", "a = 1\nb = 3\n", quiet=True)
+    text = scripts.diff(old, new)
+    assert text.splitlines()[:2] == ["--- scripts/old.py", "+++ scripts/new.py"]
+    assert "-b = 2" in text and "+b = 3" in text and " a = 1" in text
+
+
+def test_results_round_trip_and_missing_lesson(workdir):
+    assert results.load("01_single_device") is None
+    results.save("01_single_device", {"images_per_s": 1234.5})
+    assert results.load("01_single_device") == {"images_per_s": 1234.5}
+    assert [p.name for p in (workdir / "results").iterdir()] == ["01_single_device.json"]
+
+
+def test_interrupted_atomic_write_keeps_the_old_file(workdir, monkeypatch):
+    target = atomic_write_text(workdir / "f.txt", "old")
+
+    def fail(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("os.replace", fail)
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write_text(target, "new")
+    assert target.read_text() == "old" and [p.name for p in workdir.iterdir()] == ["f.txt"]
