@@ -54,8 +54,9 @@ run: $(READY)
 lint: $(READY)
 	"$(BIN)/ruff" check .
 
-# Tests use the generated data set: deterministic, and no network needed.
+# Tests use the generated data set at the small size: deterministic on any machine, no network.
 test: export DDP_WORKSHOP_DATASET ?= synthetic
+test: export DDP_WORKSHOP_FULL_SIZE ?= 0
 test: lint
 	"$(BIN)/python" -m pytest tests $(NOTEBOOKS) --nbval-lax --nbval-current-env \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600
