@@ -39,8 +39,11 @@ $(READY):
 	"$(BIN)/python" -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	touch "$@"
 
+# Containers often run as root, which Jupyter refuses without --allow-root. LAB_ARGS adds more,
+# e.g. make lab LAB_ARGS="--no-browser --port 8889".
+LAB_ARGS ?=
 lab: $(READY)
-	cd notebooks && "$(BIN)/jupyter" lab
+	cd notebooks && "$(BIN)/jupyter" lab $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 run: $(READY)
 	rm -rf build/notebooks build/html
