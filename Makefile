@@ -19,13 +19,13 @@ export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 
-.PHONY: help setup lab run test lint clean
+.PHONY: help setup lab run test lint browser clean
 
 help:
 	@echo "make setup   create the Python environment ($(VENV))"
 	@echo "make lab     open the course in JupyterLab"
 	@echo "make run     execute every notebook headless into build/ (notebooks and HTML pages)"
-	@echo "make test    lint, unit tests and every notebook through nbval (what CI runs)"
+	@echo "make test    lint, unit tests, every notebook through nbval and in JupyterLab (CI)"
 	@echo "make clean   remove build/, written scripts and run logs (keeps data/ and the environment)"
 
 setup: $(READY)
@@ -57,10 +57,27 @@ run: $(READY)
 lint: $(READY)
 	"$(BIN)/ruff" check .
 
+# The browser tests drive Debian's Chromium (Playwright never downloads a browser here). It is
+# installed from the distribution's packages where that is possible; elsewhere they are skipped
+# and say why.
+CHROMIUM ?= /usr/bin/chromium
+browser:
+	@if [ -x "$(CHROMIUM)" ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "Installing Debian's chromium for the browser tests"; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 || \
+		{ apt-get update -q >/dev/null && \
+		  apt-get install -y -q --no-install-recommends chromium >/dev/null; } || \
+		echo "Chromium could not be installed: the browser tests will be skipped"; \
+	else \
+		echo "No $(CHROMIUM), and installing it needs root and apt-get: browser tests skipped"; \
+	fi
+
 # Tests use the generated data set at the small size: deterministic on any machine, no network.
 test: export DDP_WORKSHOP_DATASET ?= synthetic
 test: export DDP_WORKSHOP_FULL_SIZE ?= 0
-test: lint
+test: lint browser
 	"$(BIN)/python" -m pytest tests $(NOTEBOOKS) --nbval-lax --nbval-current-env \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600
 

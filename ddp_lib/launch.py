@@ -227,11 +227,14 @@ def launch(
             result.lines.append(line)
             echo(line)
         proc.wait()
+    except KeyboardInterrupt:
+        _stop(proc, watcher)
+        raise KeyboardInterrupt(f"Launch of {script.name} interrupted: torchrun and all its "
+                                "workers were stopped.") from None
     except BaseException as exc:
         _stop(proc, watcher)
-        why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"ended by {exc!r}"
-        print(f"\nLaunch of {script.name} {why}: torchrun and all its workers were stopped.",
-              file=sys.stderr, flush=True)
+        print(f"\nLaunch of {script.name} ended by {exc!r}: torchrun and all its workers were "
+              "stopped.", file=sys.stderr, flush=True)
         raise
     finally:
         watcher.kill_leftovers()
