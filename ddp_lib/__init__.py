@@ -6,7 +6,14 @@ a lesson teaches: that code stays in the scripts, in plain PyTorch.
 """
 
 from ddp_lib.hardware import detect, plan, threads_per_process
-from ddp_lib.launch import LaunchError, LaunchResult, LaunchTimeout, RankFailed, launch
+from ddp_lib.launch import (
+    LaunchError,
+    LaunchResult,
+    LaunchTimeout,
+    RankFailed,
+    launch,
+    launch_nodes,
+)
 from ddp_lib.metrics import report
 from ddp_lib.scripts import write_script
 
@@ -17,6 +24,7 @@ __all__ = [
     "RankFailed",
     "detect",
     "launch",
+    "launch_nodes",
     "load_ipython_extension",
     "plan",
     "report",

@@ -10,6 +10,8 @@ on a cluster; this module only does the plumbing around it:
   (torchrun's own ``--tee`` with a rank prefix, so the same command shows the same thing in a
   terminal);
 * it returns a :class:`LaunchResult` (exit status, wall time, per-rank output, reported metrics);
+* :func:`launch_nodes` runs one job as several torchrun agents on this machine, each a
+  simulated node with its own cores (and GPUs), to show a multi-node launch from a notebook;
 * when a rank fails it raises :class:`RankFailed` naming the rank, with that rank's traceback;
   a timeout raises :class:`LaunchTimeout`; an interrupted cell stops everything and re-raises;
 * no process outlives its launch. torchrun starts each worker in a session of its own, so killing
@@ -25,6 +27,7 @@ import queue
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -66,11 +69,16 @@ class LaunchTimeout(LaunchError):
 
 @dataclass
 class Line:
-    """One line of output: who printed it (``"rank0"``, ``"torchrun"``), on which stream."""
+    """One line of output: who printed it (``"rank0"``, ``"torchrun"``), on which stream.
+
+    ``node`` tells which torchrun agent the line came through (always 0 on one node); rank
+    numbers are global, so ``"rank3"`` is the same process whichever node it runs on.
+    """
 
     source: str
     stream: str
     text: str
+    node: int = 0
 
 
 @dataclass
@@ -84,6 +92,7 @@ class LaunchResult:
     wall_time: float = 0.0
     lines: list[Line] = field(default_factory=list)
     metrics: list[dict] = field(default_factory=list)
+    timed_out: bool = False
 
     @property
     def ok(self) -> bool:
@@ -174,75 +183,115 @@ def launch(
     if nnodes == 1:
         rdzv_endpoint = rdzv_endpoint or "127.0.0.1:0"
         local_addr = local_addr or "127.0.0.1"
-    command = [
+    command = _torchrun_command(script, args, plan.nproc_per_node, nnodes, node_rank,
+                                rdzv_endpoint, local_addr, max_restarts, run_dir / "torchrun")
+    result = LaunchResult(script=script, command=command, run_dir=run_dir)
+    env = _child_env(env, backend, metrics_file)
+    _supervise(result, [_Agent(command, env)], timeout, stream)
+    return _finish(result, metrics_file, timeout, check)
+
+
+def launch_nodes(
+    script: str | os.PathLike,
+    *,
+    nnodes: int = 2,
+    args: Sequence[str | int | float] = (),
+    nproc_per_node: int = 1,
+    backend: str | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 600.0,
+    max_restarts: int = 0,
+    run_dir: str | os.PathLike | None = None,
+    stream: bool = True,
+    check: bool = True,
+) -> LaunchResult:
+    """Run ``script`` as a job of ``nnodes`` machines, simulated on this one, and wait for it.
+
+    Each "node" is a torchrun agent of its own, as on a cluster: ``--nnodes``, its own
+    ``--node-rank``, and one rendezvous endpoint (``127.0.0.1`` and a free port, where node 0's
+    agent hosts the store). Like a separate machine, each node gets its own share of the CPU
+    cores (its processes are pinned to them) and, with NCCL, its own GPUs
+    (``CUDA_VISIBLE_DEVICES``). The output of every rank of every node streams into the cell.
+
+    Args:
+        script: the Python file to run.
+        nnodes: how many machines to simulate.
+        args: command-line arguments for the script (the same on every node).
+        nproc_per_node: processes on each node.
+        backend: ``"gloo"`` or ``"nccl"`` to force one; ``None`` chooses NCCL when there is a
+            GPU for every process of every node. Passed to the script as ``DDP_BACKEND``.
+        env, timeout, max_restarts, run_dir, stream, check: as for :func:`launch`.
+
+    Returns:
+        a :class:`LaunchResult`; ``command`` is node 0's, and every line knows its node.
+    """
+    script = Path(script)
+    if not isinstance(nnodes, int) or isinstance(nnodes, bool) or nnodes < 2:
+        raise ValueError(f"launch_nodes needs nnodes >= 2, got {nnodes!r}; use launch() for one.")
+    total = nproc_per_node * nnodes if isinstance(nproc_per_node, int) else nproc_per_node
+    plan = _check_arguments(script, total, 1, 0, None, backend, timeout, max_restarts, env)
+    run_dir = _new_run_dir(script) if run_dir is None else Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    metrics_file = run_dir / "metrics.jsonl"
+    metrics_file.unlink(missing_ok=True)
+
+    endpoint = f"127.0.0.1:{_free_port()}"
+    base_env = _child_env(env, plan.backend, metrics_file)
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    agents = []
+    for node in range(nnodes):
+        command = _torchrun_command(script, args, nproc_per_node, nnodes, node, endpoint,
+                                    "127.0.0.1", max_restarts, run_dir / f"torchrun-node{node}")
+        node_env = dict(base_env)
+        if plan.backend == "nccl":
+            gpus = range(node * nproc_per_node, (node + 1) * nproc_per_node)
+            node_env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
+        agents.append(_Agent(command, node_env, _share(cores, node, nnodes)))
+    result = LaunchResult(script=script, command=agents[0].command, run_dir=run_dir)
+    _supervise(result, agents, timeout, stream)
+    return _finish(result, metrics_file, timeout, check)
+
+
+def _torchrun_command(script: Path, args: Sequence, nproc_per_node: int, nnodes: int,
+                      node_rank: int, rdzv_endpoint: str, local_addr: str | None,
+                      max_restarts: int, log_dir: Path) -> list[str]:
+    return [
         sys.executable, "-m", "torch.distributed.run",
         f"--nnodes={nnodes}",
-        f"--nproc-per-node={plan.nproc_per_node}",
+        f"--nproc-per-node={nproc_per_node}",
         f"--node-rank={node_rank}",
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint={rdzv_endpoint}",
         *([f"--local-addr={local_addr}"] if local_addr else []),
         f"--max-restarts={max_restarts}",
         "--monitor-interval=0.1",
-        f"--log-dir={run_dir / 'torchrun'}",
+        f"--log-dir={log_dir}",
         "--tee=3",
         "--log-line-prefix-template=[rank${rank}]: ",
         str(script),
         *(str(a) for a in args),
     ]
-    child_env = _child_env(env, backend, metrics_file)
-    result = LaunchResult(script=script, command=command, run_dir=run_dir)
-    if stream:
-        print(f"$ torchrun {shlex.join(command[3:])}", flush=True)
 
-    start = time.monotonic()
-    proc = subprocess.Popen(
-        command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env=child_env, start_new_session=True, preexec_fn=_stop_with_parent(),
-    )
-    watcher = _ProcessWatcher(proc.pid)
-    lines: queue.Queue = queue.Queue()
-    readers = [threading.Thread(target=_read_lines, args=(pipe, name, lines), daemon=True)
-               for pipe, name in ((proc.stdout, "stdout"), (proc.stderr, "stderr"))]
-    for reader in readers:
-        reader.start()
 
-    timed_out = False
-    echo = _Echo(stream)
-    try:
-        open_streams = len(readers)
-        while open_streams:
-            try:
-                item = lines.get(timeout=0.1)
-            except queue.Empty:
-                watcher.refresh()
-                if not timed_out and time.monotonic() - start > timeout:
-                    timed_out = True
-                    _stop(proc, watcher)
-                continue
-            if item is None:
-                open_streams -= 1
-                continue
-            line = _parse(*item)
-            result.lines.append(line)
-            echo(line)
-        proc.wait()
-    except KeyboardInterrupt:
-        _stop(proc, watcher)
-        raise KeyboardInterrupt(f"Launch of {script.name} interrupted: torchrun and all its "
-                                "workers were stopped.") from None
-    except BaseException as exc:
-        _stop(proc, watcher)
-        print(f"\nLaunch of {script.name} ended by {exc!r}: torchrun and all its workers were "
-              "stopped.", file=sys.stderr, flush=True)
-        raise
-    finally:
-        watcher.kill_leftovers()
+def _free_port() -> int:
+    """A port that is free now. Another node must know it in advance, so ``:0`` cannot do."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
-    result.returncode = proc.returncode
-    result.wall_time = time.monotonic() - start
+
+def _share(cores: list[int], node: int, nnodes: int) -> list[int]:
+    """Node ``node``'s slice of the cores, as if it were a machine of its own (all if too few)."""
+    if len(cores) < nnodes:
+        return cores
+    per_node = len(cores) // nnodes
+    return cores[node * per_node:(node + 1) * per_node]
+
+
+def _finish(result: LaunchResult, metrics_file: Path, timeout: float,
+            check: bool) -> LaunchResult:
     result.metrics = metrics.read(metrics_file)
-    if timed_out:
+    if result.timed_out:
         raise LaunchTimeout(_timeout_message(result, timeout), result)
     if result.returncode != 0 and check:
         rank, exitcode = _root_cause(result)
@@ -299,21 +348,101 @@ def _child_env(extra: Mapping[str, str] | None, backend: str | None,
     return env
 
 
-def _stop_with_parent():
-    """A ``preexec_fn`` that makes Linux send SIGTERM to torchrun if the kernel dies."""
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
+@dataclass
+class _Agent:
+    """One torchrun agent to start: its command, environment and (optionally) its CPU cores."""
 
+    command: list[str]
+    env: dict[str, str]
+    cores: list[int] = field(default_factory=list)
+
+
+def _supervise(result: LaunchResult, agents: list[_Agent], timeout: float, stream: bool) -> None:
+    """Start the agents, relay their lines until all are done, and leave no process behind.
+
+    If one agent fails while others still run (a node whose workers crashed), the others are
+    stopped at once: their workers would otherwise wait for the lost ranks until the timeout.
+    """
+    multi = len(agents) > 1
+    if stream:
+        for node, agent in enumerate(agents):
+            where = f"# node {node}: " if multi else ""
+            print(f"{where}$ torchrun {shlex.join(agent.command[3:])}", flush=True)
+    lines: queue.Queue = queue.Queue()
+    procs: list[subprocess.Popen] = []
+    watchers: list[_ProcessWatcher] = []
+    echo = _Echo(stream, multi)
+    start = time.monotonic()
+    try:
+        for node, agent in enumerate(agents):
+            proc = subprocess.Popen(
+                agent.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, env=agent.env, start_new_session=True,
+                preexec_fn=_prepare_child(agent.cores),
+            )
+            procs.append(proc)
+            watchers.append(_ProcessWatcher(proc.pid))
+            for pipe, name in ((proc.stdout, "stdout"), (proc.stderr, "stderr")):
+                threading.Thread(target=_read_lines, args=(pipe, name, node, lines),
+                                 daemon=True).start()
+        open_streams = 2 * len(procs)
+        while open_streams:
+            try:
+                item = lines.get(timeout=0.1)
+            except queue.Empty:
+                for watcher in watchers:
+                    watcher.refresh()
+                if not result.timed_out and time.monotonic() - start > timeout:
+                    result.timed_out = True
+                    _stop_all(procs, watchers)
+                elif multi and any(p.poll() not in (None, 0) for p in procs):
+                    _stop_all(procs, watchers)
+                continue
+            if item is None:
+                open_streams -= 1
+                continue
+            line = _parse(*item)
+            result.lines.append(line)
+            echo(line)
+        for proc in procs:
+            proc.wait()
+    except KeyboardInterrupt:
+        _stop_all(procs, watchers)
+        raise KeyboardInterrupt(f"Launch of {result.script.name} interrupted: torchrun and all "
+                                "its workers were stopped.") from None
+    except BaseException as exc:
+        _stop_all(procs, watchers)
+        print(f"\nLaunch of {result.script.name} ended by {exc!r}: torchrun and all its workers "
+              "were stopped.", file=sys.stderr, flush=True)
+        raise
+    finally:
+        for watcher in watchers:
+            watcher.kill_leftovers()
+    result.wall_time = time.monotonic() - start
+    codes = [proc.returncode for proc in procs]
+    result.returncode = next((code for code in codes if code != 0), 0)
+
+
+def _prepare_child(cores: list[int]):
+    """A ``preexec_fn`` for an agent: pin it to ``cores`` (when given) and, on Linux, have the
+    kernel send it SIGTERM if this process (the notebook's kernel) dies."""
     parent = os.getpid()
-    libc = ctypes.CDLL(None, use_errno=True)
+    linux = sys.platform.startswith("linux")
+    libc = None
+    if linux:
+        import ctypes
 
-    def set_parent_death_signal() -> None:
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os.kill(os.getpid(), signal.SIGTERM)
+        libc = ctypes.CDLL(None, use_errno=True)
 
-    return set_parent_death_signal
+    def prepare() -> None:
+        if cores:
+            os.sched_setaffinity(0, cores)
+        if libc is not None:
+            libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+            if os.getppid() != parent:  # the parent died before prctl took effect
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    return prepare
 
 
 class _ProcessWatcher:
@@ -355,42 +484,49 @@ def _running(p: psutil.Process) -> bool:
         return False
 
 
-def _stop(proc: subprocess.Popen, watcher: _ProcessWatcher) -> None:
-    """SIGTERM to torchrun (it stops its workers), then SIGKILL to whatever is left."""
-    watcher.refresh()
-    if proc.poll() is None:
+def _stop_all(procs: list[subprocess.Popen], watchers: list[_ProcessWatcher]) -> None:
+    """SIGTERM to every torchrun (each stops its workers), then SIGKILL to whatever is left."""
+    for watcher in watchers:
+        watcher.refresh()
+    for proc in procs:
+        if proc.poll() is None:
+            try:
+                proc.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + STOP_GRACE_S
+    for proc in procs:
         try:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=STOP_GRACE_S)
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             pass
-        except ProcessLookupError:
+    for watcher in watchers:
+        watcher.kill_leftovers()
+    for proc in procs:
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
             pass
-    watcher.kill_leftovers()
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
 
 
-def _read_lines(pipe, stream: str, out: queue.Queue) -> None:
+def _read_lines(pipe, stream: str, node: int, out: queue.Queue) -> None:
     with pipe:
         for raw in iter(pipe.readline, b""):
-            out.put((stream, raw.decode("utf-8", errors="replace").rstrip("\r\n")))
+            out.put((stream, raw.decode("utf-8", errors="replace").rstrip("\r\n"), node))
     out.put(None)
 
 
-def _parse(stream: str, text: str) -> Line:
+def _parse(stream: str, text: str, node: int = 0) -> Line:
     match = RANK_PREFIX.match(text)
     if not match:
-        return Line(AGENT, stream, text)
+        return Line(AGENT, stream, text, node)
     rank = match.group(1)
     text = text[match.end():]
     # PyTorch prefixes uncaught exceptions in workers with the rank itself: drop the repeat.
     repeat = f"[rank{rank}]: "
     if text.startswith(repeat):
         text = text[len(repeat):]
-    return Line(f"rank{rank}", stream, text)
+    return Line(f"rank{rank}", stream, text, node)
 
 
 class _Echo:
@@ -400,17 +536,20 @@ class _Echo:
     the error raised by ``launch`` says what failed, and it is shorter.
     """
 
-    def __init__(self, enabled: bool):
+    def __init__(self, enabled: bool, multi_node: bool = False):
         self.enabled = enabled
-        self.agent_traceback = False
+        self.multi_node = multi_node
+        self.agent_traceback: set[int] = set()
 
     def __call__(self, line: Line) -> None:
-        if line.source == AGENT and line.text.startswith("Traceback (most recent call last)"):
-            self.agent_traceback = True
-        if not self.enabled or (line.source == AGENT and self.agent_traceback):
+        agent = line.source == AGENT
+        if agent and line.text.startswith("Traceback (most recent call last)"):
+            self.agent_traceback.add(line.node)
+        if not self.enabled or (agent and line.node in self.agent_traceback):
             return
+        source = f"{line.source} node{line.node}" if agent and self.multi_node else line.source
         target = sys.stderr if line.stream == "stderr" else sys.stdout
-        target.write(f"[{line.source}] {line.text}\n")
+        target.write(f"[{source}] {line.text}\n")
         target.flush()
 
 

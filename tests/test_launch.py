@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import processes_mentioning, wait_until_gone
 
-from ddp_lib import LaunchTimeout, RankFailed, launch
+from ddp_lib import LaunchTimeout, RankFailed, launch, launch_nodes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -115,6 +115,66 @@ def test_timeout_stops_everything(make_script, workdir):
     assert "did not finish within timeout=12 s" in str(info.value)
     assert "started" in str(info.value)  # the last lines of each rank are shown
     assert wait_until_gone(str(workdir), within=5) == []
+
+
+NODE_REPORT = """
+    import os
+    import torch
+    import torch.distributed as dist
+    from ddp_lib.metrics import report
+
+    dist.init_process_group("gloo")
+    t = torch.tensor([dist.get_rank() + 1.0])
+    dist.all_reduce(t)
+    report("node", int(os.environ["GROUP_RANK"]), cores=sorted(os.sched_getaffinity(0)),
+           world=dist.get_world_size(), sum=t.item())
+    dist.barrier()
+    dist.destroy_process_group()
+"""
+
+NODE1_FAILS = """
+    import os
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    if os.environ["GROUP_RANK"] == "1":
+        raise RuntimeError("node one is lost")
+    dist.all_reduce(torch.ones(1))  # node 0 blocks here: its peer never joins
+    dist.destroy_process_group()
+"""
+
+
+def test_launch_nodes_runs_one_job_over_two_simulated_machines(make_script, capsys):
+    script = make_script("nodes.py", NODE_REPORT)
+    result = launch_nodes(script, nnodes=2, nproc_per_node=1, timeout=120)
+    assert result.ok and result.ranks() == [0, 1]
+    records = [m for m in result.metrics if m["name"] == "node"]
+    assert sorted(int(m["value"]) for m in records) == [0, 1]  # one worker per node
+    assert {m["world"] for m in records} == {2} and {m["sum"] for m in records} == {3.0}
+    if len(os.sched_getaffinity(0)) >= 2:  # each "machine" has cores of its own
+        first, second = (set(m["cores"]) for m in records)
+        assert first and second and not first & second
+    shown = capsys.readouterr().out
+    assert "# node 0: $ torchrun --nnodes=2" in shown and "# node 1: $ torchrun" in shown
+    assert (result.run_dir / "torchrun-node1").is_dir()
+
+
+def test_a_failing_node_stops_the_other_promptly(make_script, workdir):
+    script = make_script("node_fails.py", NODE1_FAILS)
+    start = time.monotonic()
+    with pytest.raises(RankFailed) as info:
+        launch_nodes(script, nnodes=2, nproc_per_node=1, timeout=120, stream=False)
+    assert time.monotonic() - start < 40
+    assert "RuntimeError: node one is lost" in str(info.value)
+    assert info.value.rank in (0, 1)
+    assert wait_until_gone(str(workdir), within=5) == []
+
+
+def test_launch_nodes_needs_several_nodes(make_script):
+    script = make_script("ok.py", "print('never runs')\n")
+    with pytest.raises(ValueError, match="nnodes >= 2"):
+        launch_nodes(script, nnodes=1)
 
 
 def _launch_in_child(workdir: Path, script: Path) -> subprocess.Popen:
