@@ -1,0 +1,410 @@
+"""Job files for real clusters, all built from one ``torchrun`` command.
+
+On a cluster nobody calls ``ddp_lib.launch``: a scheduler starts one ``torchrun`` agent per
+machine, and the agents meet at a rendezvous endpoint (``host:port`` of one of the machines)
+before starting their workers. With the ``c10d`` rendezvous the command is *the same on every
+machine* (no node rank to hand out), so a Slurm batch script, a Kubernetes ``PyTorchJob`` and
+two shells reached by SSH differ only in how they name the first machine:
+
+* Slurm: the first node of the allocation, ``$HEAD_NODE``, read by the batch script;
+* Kubernetes: ``$(MASTER_ADDR)``, which the Kubeflow training operator sets in every pod;
+* SSH: the first host you list.
+
+This module writes those files as text (or a ``dict`` for Kubernetes); it runs nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+RDZV_BACKEND = "c10d"
+NPROC_WORDS = ("gpu", "cpu", "auto")  # torchrun's own non-numeric --nproc-per-node values
+PYTORCH_CONTAINER = "pytorch"  # the training operator finds the training container by this name
+OPERATOR_PORT_NAME = "pytorchjob-port"  # the operator reads MASTER_PORT from the port so named
+K8S_ENDPOINT = "$(MASTER_ADDR):$(MASTER_PORT)"
+SLURM_HEAD_NODE = "$HEAD_NODE"
+SLURM_JOB_ID = "$SLURM_JOB_ID"
+
+# A host or port may be a literal or a variable the shell ($NAME, ${NAME}) or Kubernetes
+# ($(NAME)) fills in on the machine.
+_VARIABLE = r"\$(?:\w+|\{\w+\}|\(\w+\))"
+_HOST = re.compile(rf"{_VARIABLE}|[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")
+_PORT = re.compile(rf"{_VARIABLE}|\d+")
+_NAME = re.compile(r"[A-Za-z0-9_.$(){}-]+")  # rendezvous ids: a word or a variable
+_K8S_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")  # DNS-1123 label (pod names)
+_SLURM_TIME = re.compile(r"(\d+-)?\d+(:\d{2}){0,2}")
+_SHELL_SAFE = re.compile(r"[\w@%+=:,./-]+")
+
+
+def torchrun_command(
+    script: str | os.PathLike,
+    *,
+    nnodes: int,
+    nproc_per_node: int | str,
+    rdzv_endpoint: str,
+    args: Sequence[str | int | float] = (),
+    rdzv_id: str = "ddp-workshop",
+    max_restarts: int = 0,
+) -> list[str]:
+    """The ``torchrun`` command that every machine of a multi-node job runs, as a list.
+
+    Args:
+        script: the training script, a ``.py`` file (relative to the job's working folder).
+        nnodes: number of machines, one ``torchrun`` agent each.
+        nproc_per_node: processes per machine: a number, or torchrun's ``"gpu"``, ``"cpu"``,
+            ``"auto"``.
+        rdzv_endpoint: ``host:port`` every agent connects to; the host may be a variable that
+            the machine fills in, e.g. ``"$HEAD_NODE:29500"`` (Slurm) or
+            ``"$(MASTER_ADDR):$(MASTER_PORT)"`` (Kubernetes).
+        args: the script's own arguments.
+        rdzv_id: a name shared by the agents of one job (and no other job at the endpoint).
+        max_restarts: how often torchrun restarts all workers after one fails.
+    """
+    _check_script(script)
+    _check_int("nnodes", nnodes, low=1)
+    _check_nproc(nproc_per_node)
+    _check_endpoint(rdzv_endpoint)
+    if not isinstance(rdzv_id, str) or not _NAME.fullmatch(rdzv_id):
+        raise ValueError(f"rdzv_id must be one word (letters, digits, '-', '_', '.') or a "
+                         f"variable like '$SLURM_JOB_ID', got {rdzv_id!r}")
+    _check_int("max_restarts", max_restarts, low=0)
+    return [
+        "torchrun",
+        f"--nnodes={nnodes}",
+        f"--nproc-per-node={nproc_per_node}",
+        f"--rdzv-backend={RDZV_BACKEND}",
+        f"--rdzv-endpoint={rdzv_endpoint}",
+        f"--rdzv-id={rdzv_id}",
+        f"--max-restarts={max_restarts}",
+        os.fspath(script),
+        *_script_args(args),
+    ]
+
+
+def slurm_script(
+    script: str | os.PathLike,
+    *,
+    nodes: int,
+    gpus_per_node: int,
+    cpus_per_task: int,
+    nproc_per_node: int | None = None,
+    args: Sequence[str | int | float] = (),
+    job_name: str = "ddp-workshop",
+    time_limit: str = "00:30:00",
+    port: int = 29500,
+    partition: str | None = None,
+    max_restarts: int = 0,
+    workdir: str | os.PathLike | None = None,
+    output: str = "%x-%j.out",
+) -> str:
+    """An ``sbatch`` script that runs ``script`` on ``nodes`` machines with ``srun torchrun``.
+
+    Slurm starts one task per node (``--ntasks-per-node=1``): that task is ``torchrun``, which
+    starts the node's ``nproc_per_node`` processes, one per GPU. The first node of the
+    allocation hosts the rendezvous and the job id names it, so two jobs never meet.
+
+    Args:
+        script: the training script, relative to ``workdir`` (a folder all nodes see).
+        nodes: machines to allocate.
+        gpus_per_node: GPUs per machine; 0 for a CPU job (then no GPU line is written).
+        cpus_per_task: CPU cores per machine, shared by its processes (data loading, Gloo).
+        nproc_per_node: processes per machine; ``None``: one per GPU, or 1 on CPUs.
+        args: the script's own arguments.
+        job_name: the name ``squeue`` shows (``%x`` in ``output``).
+        time_limit: wall-time limit, e.g. ``"00:30:00"`` or ``"1-00:00:00"``.
+        port: the rendezvous port on the first node.
+        partition: the Slurm partition (queue); ``None``: the cluster's default.
+        max_restarts: how often torchrun restarts the workers after a failure.
+        workdir: the job's working folder; ``None``: the folder ``sbatch`` is run from.
+        output: the log file, relative to the working folder (``%j``: the job id).
+    """
+    _check_int("nodes", nodes, low=1)
+    _check_int("gpus_per_node", gpus_per_node, low=0)
+    _check_int("cpus_per_task", cpus_per_task, low=1)
+    nproc = _nproc_for(nproc_per_node, gpus_per_node)
+    _check_port(port)
+    for name, value in (("job_name", job_name), ("partition", partition), ("output", output),
+                        ("workdir", workdir)):
+        if value is not None and (not isinstance(value, (str, os.PathLike))
+                                  or not os.fspath(value) or re.search(r"\s", os.fspath(value))):
+            raise ValueError(f"{name} must be a non-empty string without spaces, got {value!r}")
+    if not isinstance(time_limit, str) or not _SLURM_TIME.fullmatch(time_limit):
+        raise ValueError(f"time_limit must be Slurm's [days-]hours:minutes:seconds (or "
+                         f"minutes), e.g. '00:30:00', got {time_limit!r}")
+
+    command = torchrun_command(script, nnodes=nodes, nproc_per_node=nproc,
+                               rdzv_endpoint=f"{SLURM_HEAD_NODE}:{port}", args=args,
+                               rdzv_id=SLURM_JOB_ID, max_restarts=max_restarts)
+    world = nodes * nproc
+    options = [
+        (f"--job-name={job_name}", "the name squeue shows; %x in the log file's name"),
+        (f"--nodes={nodes}", "machines"),
+        ("--ntasks-per-node=1", "one task per machine: torchrun, which starts its processes"),
+        *([(f"--gpus-per-node={gpus_per_node}", "GPUs on each machine, one per process")]
+          if gpus_per_node else []),
+        (f"--cpus-per-task={cpus_per_task}", "CPU cores for each machine's processes"),
+        (f"--time={time_limit}", "wall-time limit: Slurm stops the job after it"),
+        *([(f"--partition={partition}", "the queue to wait in")] if partition else []),
+        *([(f"--chdir={os.fspath(workdir)}", "working folder, on a file system every node sees")]
+          if workdir else []),
+        (f"--output={output}", "log file: %x job name, %j job id"),
+    ]
+    width = max(len(option) for option, _ in options) + len("#SBATCH ") + 2
+    lines = [
+        "#!/bin/bash",
+        f"# {os.fspath(script)} on {nodes} node(s) x {nproc} process(es) = {world} process(es).",
+        "# Submit with `sbatch FILE`; follow with `squeue --me` and the log file below.",
+        *(f"{'#SBATCH ' + option:<{width}}# {why}" for option, why in options),
+        "",
+        "set -euo pipefail  # stop at the first failing command",
+        "",
+        "# The first node of the allocation hosts the rendezvous: every node's torchrun connects",
+        "# to it there. This script runs on that node; srun starts the same command on each node.",
+        'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        f'echo "job $SLURM_JOB_ID on $SLURM_JOB_NODELIST; rendezvous at $HEAD_NODE:{port}"',
+        "",
+        "# The job id names the rendezvous, so another job on the same nodes never joins it.",
+        "# sbatch gives every node the environment it was submitted from (activate the Python",
+        "# environment before sbatch); nothing node-specific, such as a network interface",
+        "# name, is set here, because it would be wrong on the other nodes.",
+        _continued(["srun", *command]),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def pytorchjob_manifest(
+    script: str | os.PathLike,
+    *,
+    nodes: int,
+    gpus_per_node: int,
+    cpus_per_node: int,
+    image: str,
+    nproc_per_node: int | None = None,
+    args: Sequence[str | int | float] = (),
+    name: str = "ddp-workshop",
+    port: int = 29500,
+    max_restarts: int = 0,
+) -> dict[str, Any]:
+    """A Kubeflow training operator ``PyTorchJob`` (``kubeflow.org/v1``) as a ``dict``.
+
+    One pod per machine: a ``Master`` replica and ``nodes - 1`` ``Worker`` replicas, each
+    running the same ``torchrun`` command as the Slurm script. The operator sets
+    ``MASTER_ADDR`` (the master pod's name) and ``MASTER_PORT`` (the container port named
+    ``pytorchjob-port``) in every pod, and Kubernetes substitutes ``$(NAME)`` in a container's
+    command, so the rendezvous endpoint is ``$(MASTER_ADDR):$(MASTER_PORT)``. Write it with
+    :func:`to_yaml` and submit with ``kubectl apply -f FILE``.
+
+    Args:
+        script: the training script, relative to the image's working folder.
+        nodes: pods (machines), one ``torchrun`` agent each.
+        gpus_per_node: GPUs per pod (``nvidia.com/gpu``); 0 for a CPU job.
+        cpus_per_node: CPU cores per pod.
+        image: a container image with PyTorch and the script.
+        nproc_per_node: processes per pod; ``None``: one per GPU, or 1 on CPUs.
+        args: the script's own arguments.
+        name: the job's name; pods are called ``NAME-master-0``, ``NAME-worker-0``, ...
+        port: the rendezvous port on the master pod.
+        max_restarts: how often torchrun restarts the workers after a failure.
+    """
+    _check_int("nodes", nodes, low=1)
+    _check_int("gpus_per_node", gpus_per_node, low=0)
+    _check_int("cpus_per_node", cpus_per_node, low=1)
+    nproc = _nproc_for(nproc_per_node, gpus_per_node)
+    _check_port(port)
+    if not isinstance(image, str) or not image or re.search(r"\s", image):
+        raise ValueError(f"image must name a container image, e.g. "
+                         f"'pytorch/pytorch:latest', got {image!r}")
+    if not isinstance(name, str) or len(name) > 40 or not _K8S_NAME.fullmatch(name):
+        raise ValueError(f"name must be lower-case letters, digits and '-' (at most 40, "
+                         f"it becomes part of the pods' names), got {name!r}")
+
+    command = torchrun_command(script, nnodes=nodes, nproc_per_node=nproc,
+                               rdzv_endpoint=K8S_ENDPOINT, args=args, rdzv_id=name,
+                               max_restarts=max_restarts)
+    limits: dict[str, int] = {"cpu": cpus_per_node}
+    if gpus_per_node:
+        limits["nvidia.com/gpu"] = gpus_per_node
+    def replicas(count: int) -> dict[str, Any]:
+        container = {
+            "name": PYTORCH_CONTAINER,
+            "image": image,
+            "command": list(command),
+            "ports": [{"name": OPERATOR_PORT_NAME, "containerPort": port}],
+            "resources": {"limits": dict(limits)},
+            # Processes on one machine exchange data through /dev/shm (DataLoader workers,
+            # NCCL); a container's default is only 64 MB.
+            "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+        }
+        pod = {"containers": [container],
+               "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]}
+        # torchrun restarts failed workers itself (max_restarts); a failed pod ends the job.
+        return {"replicas": count, "restartPolicy": "Never", "template": {"spec": pod}}
+
+    specs = {"Master": replicas(1)}
+    if nodes > 1:
+        specs["Worker"] = replicas(nodes - 1)
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name},
+        "spec": {"pytorchReplicaSpecs": specs},
+    }
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """Writes repeated parts out in full: a reader should not have to follow ``*id001``."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
+
+
+def to_yaml(manifest: dict[str, Any]) -> str:
+    """``manifest`` as YAML, in the order it was built (``kind`` first, not sorted)."""
+    return yaml.dump(manifest, Dumper=_PlainDumper, sort_keys=False, default_flow_style=False,
+                     width=100)
+
+
+def host_commands(
+    script: str | os.PathLike,
+    *,
+    hosts: Sequence[str],
+    nproc_per_node: int | str,
+    port: int = 29500,
+    args: Sequence[str | int | float] = (),
+    max_restarts: int = 0,
+    rdzv_id: str = "ddp-workshop",
+) -> list[list[str]]:
+    """The command to type on each of ``hosts``, in order: the same command on every one.
+
+    The first host is the rendezvous endpoint, so every host must reach it by that name
+    (and the other hosts by theirs: the agents tell each other their host names).
+    """
+    hosts = _check_hosts(hosts)
+    _check_port(port)
+    command = torchrun_command(script, nnodes=len(hosts), nproc_per_node=nproc_per_node,
+                               rdzv_endpoint=f"{hosts[0]}:{port}", args=args,
+                               rdzv_id=rdzv_id, max_restarts=max_restarts)
+    return [list(command) for _ in hosts]
+
+
+def ssh_commands(
+    script: str | os.PathLike,
+    *,
+    hosts: Sequence[str],
+    nproc_per_node: int | str,
+    port: int = 29500,
+    args: Sequence[str | int | float] = (),
+    max_restarts: int = 0,
+    workdir: str | os.PathLike | None = None,
+) -> list[str]:
+    """``ssh HOST '[cd WORKDIR &&] torchrun ...'`` for each host: one terminal per machine.
+
+    The job starts when all of them have connected; the remote command is exactly
+    :func:`host_commands`'s.
+    """
+    commands = host_commands(script, hosts=hosts, nproc_per_node=nproc_per_node, port=port,
+                             args=args, max_restarts=max_restarts)
+    if workdir is not None:
+        workdir = os.fspath(workdir)
+        # A leading ~ stays unquoted so that the remote shell expands it to the home folder.
+        if not re.fullmatch(r"~?[\w@%+=:,./-]*", workdir):
+            workdir = shlex.quote(workdir)
+    prefix = f"cd {workdir} && " if workdir else ""
+    return [f"ssh {host} {shlex.quote(prefix + shlex.join(command))}"
+            for host, command in zip(hosts, commands, strict=True)]
+
+
+def _check_script(script) -> None:
+    if not isinstance(script, (str, os.PathLike)) or not os.fspath(script).endswith(".py"):
+        raise ValueError(f"script must be a Python file name like 'train_ddp.py', got {script!r}")
+    if re.search(r"\s", os.fspath(script)):
+        raise ValueError(f"script must not contain spaces (job files split on them), "
+                         f"got {script!r}")
+
+
+def _check_int(name: str, value, *, low: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
+def _check_port(port) -> None:
+    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+        raise ValueError(f"port must be an integer in [1, 65535], got {port!r}")
+
+
+def _check_nproc(nproc_per_node) -> None:
+    if nproc_per_node in NPROC_WORDS:
+        return
+    if not isinstance(nproc_per_node, int) or isinstance(nproc_per_node, bool) \
+            or nproc_per_node < 1:
+        raise ValueError(f"nproc_per_node must be an integer >= 1 or one of {NPROC_WORDS}, "
+                         f"got {nproc_per_node!r}")
+
+
+def _nproc_for(nproc_per_node: int | None, gpus_per_node: int) -> int:
+    """Processes per node: one per GPU unless told otherwise, and never more than GPUs."""
+    if nproc_per_node is None:
+        return gpus_per_node or 1
+    _check_int("nproc_per_node", nproc_per_node, low=1)
+    if gpus_per_node and nproc_per_node > gpus_per_node:
+        raise ValueError(f"nproc_per_node={nproc_per_node} > gpus_per_node={gpus_per_node}: "
+                         "each process needs a GPU of its own. Ask for more GPUs or fewer "
+                         "processes.")
+    return nproc_per_node
+
+
+def _check_endpoint(endpoint) -> None:
+    host, _, port = endpoint.rpartition(":") if isinstance(endpoint, str) else ("", "", "")
+    if not (host and _HOST.fullmatch(host) and _PORT.fullmatch(port)):
+        raise ValueError(f"rdzv_endpoint must look like 'host:port' (the host may be a "
+                         f"variable such as '$HEAD_NODE'), got {endpoint!r}")
+    if port.isdigit():
+        _check_port(int(port))
+
+
+def _check_hosts(hosts) -> list[str]:
+    if isinstance(hosts, str) or not isinstance(hosts, Sequence) or not hosts:
+        raise ValueError(f"hosts must be a list of host names, first the rendezvous host, "
+                         f"got {hosts!r}")
+    for host in hosts:
+        if not isinstance(host, str) or not _HOST.fullmatch(host) or host.startswith("$"):
+            raise ValueError(f"host {host!r} is not a host name or address")
+    if len(set(hosts)) != len(hosts):
+        raise ValueError(f"hosts must be distinct machines, got {list(hosts)}; for more "
+                         "processes on one machine raise nproc_per_node instead")
+    return list(hosts)
+
+
+def _script_args(args: Sequence[str | int | float]) -> list[str]:
+    if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
+        raise ValueError(f"args must be a list of arguments, got {args!r}")
+    for arg in args:
+        if not isinstance(arg, (str, int, float)) or isinstance(arg, bool):
+            raise ValueError(f"each of args must be a string or a number, got {arg!r}")
+    return [str(arg) for arg in args]
+
+
+def _shell_word(word: str) -> str:
+    """``word`` for a shell line: variables stay live inside double quotes, the rest quoted."""
+    if _SHELL_SAFE.fullmatch(word):
+        return word
+    if "$" in word and re.fullmatch(rf"(?:[\w@%+=:,./-]|{_VARIABLE})+", word):
+        return f'"{word}"'
+    return shlex.quote(word)
+
+
+def _continued(words: Sequence[str]) -> str:
+    """A long command with its leading ``--options`` one per line, as people write them."""
+    first = next(i for i, word in enumerate(words) if word.startswith("--"))
+    last = next(i for i in range(first, len(words)) if not words[i].startswith("--"))
+    lines = [" ".join(_shell_word(w) for w in words[:first]),
+             *(_shell_word(w) for w in words[first:last]),
+             " ".join(_shell_word(w) for w in words[last:])]
+    return " \\\n    ".join(lines)

@@ -1,0 +1,212 @@
+"""ddp_lib.cluster: one torchrun command in a Slurm script, a PyTorchJob and SSH commands."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from ddp_lib import cluster
+
+SCHEMA = yaml.safe_load((Path(__file__).parent / "data" / "pytorchjob_schema.yaml").read_text())
+ARGS = ["--epochs", 3, "--lr", 0.1]
+
+
+def slurm_command(script_text: str) -> list[str]:
+    """The words of the ``srun`` line, as bash will split them (variables left unexpanded)."""
+    joined = script_text.replace("\\\n", " ")
+    (line,) = [line for line in joined.splitlines() if line.startswith("srun ")]
+    return shlex.split(line)[1:]
+
+
+def manifest_command(manifest: dict, replica: str) -> list[str]:
+    (container,) = manifest["spec"]["pytorchReplicaSpecs"][replica]["template"]["spec"][
+        "containers"]
+    return container["command"]
+
+
+def test_torchrun_command_lists_every_option():
+    command = cluster.torchrun_command("train.py", nnodes=2, nproc_per_node=4,
+                                       rdzv_endpoint="$HEAD_NODE:29500", args=ARGS)
+    assert command == ["torchrun", "--nnodes=2", "--nproc-per-node=4", "--rdzv-backend=c10d",
+                       "--rdzv-endpoint=$HEAD_NODE:29500", "--rdzv-id=ddp-workshop",
+                       "--max-restarts=0", "train.py", "--epochs", "3", "--lr", "0.1"]
+    gpu = cluster.torchrun_command("t.py", nnodes=1, nproc_per_node="gpu",
+                                   rdzv_endpoint="$(MASTER_ADDR):$(MASTER_PORT)", max_restarts=3)
+    assert "--nproc-per-node=gpu" in gpu and "--max-restarts=3" in gpu
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"script": "train"}, "Python file"),
+    ({"script": "my train.py"}, "spaces"),
+    ({"nnodes": 0}, "nnodes must be an integer >= 1"),
+    ({"nnodes": True}, "nnodes"),
+    ({"nproc_per_node": 0}, "nproc_per_node"),
+    ({"nproc_per_node": "many"}, "nproc_per_node"),
+    ({"rdzv_endpoint": "node1"}, "host:port"),
+    ({"rdzv_endpoint": "node1:http"}, "host:port"),
+    ({"rdzv_endpoint": "node1:70000"}, "port must be"),
+    ({"rdzv_endpoint": "two words:29500"}, "host:port"),
+    ({"rdzv_id": "my job"}, "rdzv_id"),
+    ({"max_restarts": -1}, "max_restarts"),
+    ({"args": "--epochs 3"}, "list of arguments"),
+    ({"args": [None]}, "string or a number"),
+])
+def test_torchrun_command_rejects_bad_arguments(kwargs, message):
+    given = {"script": "train.py", "nnodes": 2, "nproc_per_node": 2,
+             "rdzv_endpoint": "node1:29500", **kwargs}
+    script = given.pop("script")
+    with pytest.raises(ValueError, match=message):
+        cluster.torchrun_command(script, **given)
+
+
+def test_slurm_script_asks_for_one_torchrun_per_node_and_passes_bash_syntax(tmp_path):
+    text = cluster.slurm_script("train.py", nodes=2, gpus_per_node=4, cpus_per_task=16,
+                                args=ARGS, partition="gpu", workdir="/shared/course", port=29400)
+    options = dict(re.findall(r"^#SBATCH --([\w-]+)=(\S+)", text, flags=re.MULTILINE))
+    assert options == {"job-name": "ddp-workshop", "nodes": "2", "ntasks-per-node": "1",
+                       "gpus-per-node": "4", "cpus-per-task": "16", "time": "00:30:00",
+                       "partition": "gpu", "chdir": "/shared/course", "output": "%x-%j.out"}
+    assert 'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)' in text
+    assert slurm_command(text) == cluster.torchrun_command(
+        "train.py", nnodes=2, nproc_per_node=4, rdzv_endpoint="$HEAD_NODE:29400",
+        rdzv_id="$SLURM_JOB_ID", args=ARGS)
+    assert not re.search(r"^\s*export ", text, flags=re.MULTILINE)  # nothing node-specific
+    path = tmp_path / "job.sbatch"
+    path.write_text(text)
+    subprocess.run(["bash", "-n", str(path)], check=True, capture_output=True)
+
+
+def test_slurm_script_for_cpus_leaves_out_gpus_and_defaults_to_one_process():
+    text = cluster.slurm_script("train.py", nodes=3, gpus_per_node=0, cpus_per_task=8)
+    assert "--gpus-per-node" not in text and "--partition" not in text
+    assert "--nproc-per-node=1" in slurm_command(text)
+    assert "--nnodes=3" in slurm_command(text)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"nodes": 0}, "nodes must be an integer >= 1"),
+    ({"gpus_per_node": -1}, "gpus_per_node"),
+    ({"cpus_per_task": 0}, "cpus_per_task"),
+    ({"nproc_per_node": 8}, "each process needs a GPU"),
+    ({"time_limit": "half an hour"}, "time_limit"),
+    ({"port": 0}, "port"),
+    ({"job_name": "my job"}, "job_name"),
+    ({"workdir": "/my folder"}, "workdir"),
+])
+def test_slurm_script_rejects_bad_arguments(kwargs, message):
+    given = {"nodes": 2, "gpus_per_node": 4, "cpus_per_task": 8, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        cluster.slurm_script("train.py", **given)
+
+
+def test_pytorchjob_matches_the_schema_and_runs_the_slurm_command():
+    manifest = cluster.pytorchjob_manifest("train.py", nodes=3, gpus_per_node=4,
+                                           cpus_per_node=16, image="pytorch/pytorch:latest",
+                                           args=ARGS, name="resnet", port=29400)
+    jsonschema.validate(manifest, SCHEMA)
+    specs = manifest["spec"]["pytorchReplicaSpecs"]
+    assert (specs["Master"]["replicas"], specs["Worker"]["replicas"]) == (1, 2)
+    (container,) = specs["Worker"]["template"]["spec"]["containers"]
+    assert container["name"] == "pytorch"
+    assert container["resources"]["limits"] == {"cpu": 16, "nvidia.com/gpu": 4}
+    assert container["ports"] == [{"name": "pytorchjob-port", "containerPort": 29400}]
+    slurm = slurm_command(cluster.slurm_script("train.py", nodes=3, gpus_per_node=4,
+                                               cpus_per_task=16, args=ARGS, port=29400))
+    for replica in ("Master", "Worker"):
+        command = manifest_command(manifest, replica)
+        # The same command; only the machine's own name for the rendezvous host and job differ.
+        differences = [(k, s) for k, s in zip(command, slurm, strict=True) if k != s]
+        assert differences == [
+            ("--rdzv-endpoint=$(MASTER_ADDR):$(MASTER_PORT)", "--rdzv-endpoint=$HEAD_NODE:29400"),
+            ("--rdzv-id=resnet", "--rdzv-id=$SLURM_JOB_ID"),
+        ]
+
+
+def test_single_node_cpu_pytorchjob_has_no_workers_and_no_gpus():
+    manifest = cluster.pytorchjob_manifest("train.py", nodes=1, gpus_per_node=0,
+                                           cpus_per_node=2, image="python:3.11")
+    jsonschema.validate(manifest, SCHEMA)
+    assert list(manifest["spec"]["pytorchReplicaSpecs"]) == ["Master"]
+    (container,) = manifest["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"][
+        "containers"]
+    assert container["resources"]["limits"] == {"cpu": 2}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda m: m["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+     .update(name="trainer"), "pytorch"),
+    (lambda m: m["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+     .update(comand=["torchrun"]), "comand"),
+    (lambda m: m["spec"]["pytorchReplicaSpecs"].update(Chief={}), "Chief"),
+    (lambda m: m["spec"]["pytorchReplicaSpecs"]["Master"].update(replicas=2), "1 was expected"),
+    (lambda m: m["spec"]["pytorchReplicaSpecs"]["Worker"].update(replicas="2"), "'2'"),
+    (lambda m: m["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+     ["resources"]["limits"].update(cpu="lots"), "lots"),
+])
+def test_schema_catches_what_the_operator_would_refuse(change, message):
+    """The schema check is real: a misspelled field or a wrong type fails it."""
+    manifest = cluster.pytorchjob_manifest("train.py", nodes=2, gpus_per_node=1,
+                                           cpus_per_node=4, image="img")
+    change(manifest)
+    with pytest.raises(jsonschema.ValidationError, match=message):
+        jsonschema.validate(manifest, SCHEMA)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"image": ""}, "image"),
+    ({"name": "My_Job"}, "name"),
+    ({"cpus_per_node": 0}, "cpus_per_node"),
+    ({"nodes": 0}, "nodes"),
+])
+def test_pytorchjob_rejects_bad_arguments(kwargs, message):
+    given = {"nodes": 2, "gpus_per_node": 1, "cpus_per_node": 4, "image": "img", **kwargs}
+    with pytest.raises(ValueError, match=message):
+        cluster.pytorchjob_manifest("train.py", **given)
+
+
+def test_yaml_round_trip_keeps_the_manifest_and_reads_plainly():
+    manifest = cluster.pytorchjob_manifest("train.py", nodes=2, gpus_per_node=8,
+                                           cpus_per_node=32, image="img", args=ARGS)
+    text = cluster.to_yaml(manifest)
+    assert yaml.safe_load(text) == manifest
+    assert text.startswith("apiVersion: kubeflow.org/v1\nkind: PyTorchJob\n")
+    assert "&id" not in text and "*id" not in text  # both replicas written out in full
+
+
+def test_host_commands_are_the_same_command_on_every_host():
+    commands = cluster.host_commands("train.py", hosts=["node1", "node2"], nproc_per_node=4,
+                                     args=ARGS)
+    assert commands[0] == commands[1] == cluster.torchrun_command(
+        "train.py", nnodes=2, nproc_per_node=4, rdzv_endpoint="node1:29500", args=ARGS)
+
+
+def test_ssh_commands_run_the_host_commands_remotely():
+    hosts = ["node1", "10.0.0.2"]
+    lines = cluster.ssh_commands("train.py", hosts=hosts, nproc_per_node=2, workdir="~/course",
+                                 args=["--note", "two words"])
+    commands = cluster.host_commands("train.py", hosts=hosts, nproc_per_node=2,
+                                     args=["--note", "two words"])
+    for line, host, command in zip(lines, hosts, commands, strict=True):
+        ssh, target, remote = shlex.split(line)
+        assert (ssh, target) == ("ssh", host)
+        cd, workdir, conjunction, *words = shlex.split(remote)
+        assert (cd, workdir, conjunction) == ("cd", "~/course", "&&")
+        assert words == command
+    assert "cd ~/course" in lines[0]  # unquoted: the remote shell expands ~
+
+
+@pytest.mark.parametrize(("hosts", "message"), [
+    ([], "list of host names"),
+    ("node1", "list of host names"),
+    (["node1", "node1"], "distinct"),
+    (["node 1"], "not a host name"),
+])
+def test_ssh_commands_reject_bad_hosts(hosts, message):
+    with pytest.raises(ValueError, match=message):
+        cluster.ssh_commands("train.py", hosts=hosts, nproc_per_node=1)
