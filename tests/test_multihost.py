@@ -1,0 +1,147 @@
+"""A 2-node gloo job across two real network hosts made on this machine.
+
+Each "host" is a Linux network namespace with its own address on one end of a veth pair, its
+own host name (a UTS namespace) and its own /etc/hosts (a mount namespace): the only way from
+one to the other is the veth link, so a job that finishes has talked across it. Each host runs
+exactly the command ``ddp_lib.cluster.host_commands`` gives for it (``ssh_commands`` runs the
+same one remotely). Creating namespaces needs root; elsewhere the test is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import processes_mentioning
+
+from ddp_lib import cluster
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT_S = 180
+
+JOB = """
+import os
+import socket
+
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+master = os.environ["MASTER_ADDR"]
+total = torch.tensor([rank + 1.0])
+dist.all_reduce(total)
+print(f"rank={rank} world={dist.get_world_size()} host={socket.gethostname()} "
+      f"master={master} master_ip={socket.gethostbyname(master)} sum={total.item():g}",
+      flush=True)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+# Run the rest of the command line as a machine of its own would: its own host name, and an
+# /etc/hosts that names both machines by their addresses on the link.
+AS_HOST = 'hostname "$1" && mount --bind "$2" /etc/hosts && shift 2 && exec "$@"'
+
+
+def run(*command: str) -> subprocess.CompletedProcess:
+    return subprocess.run(command, capture_output=True, text=True, timeout=30)
+
+
+@pytest.fixture
+def two_hosts(workdir: Path):
+    """Two namespaces joined by a veth pair; yields [(namespace, host name, address)]."""
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root (ip netns add); run the tests as root")
+    missing = [tool for tool in ("ip", "unshare") if not shutil.which(tool)]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed (Debian: iproute2, util-linux)")
+    tag = f"ddpw{os.getpid()}"  # unique per test process, so parallel runs never collide
+    subnet = f"10.{77 + os.getpid() % 100}.{os.getpid() % 250}"  # seen only inside them
+    hosts = [(f"{tag}-a", "ddp-node1", f"{subnet}.1"), (f"{tag}-b", "ddp-node2", f"{subnet}.2")]
+    created = []
+    try:
+        for namespace, _, _ in hosts:
+            done = run("ip", "netns", "add", namespace)
+            if done.returncode:
+                pytest.skip(f"cannot create a network namespace here: {done.stderr.strip()}")
+            created.append(namespace)
+        (ns_a, _, addr_a), (ns_b, _, addr_b) = hosts
+        steps = [
+            ("ip", "link", "add", "veth0", "netns", ns_a, "type", "veth",
+             "peer", "name", "veth0", "netns", ns_b),
+            ("ip", "-n", ns_a, "addr", "add", f"{addr_a}/24", "dev", "veth0"),
+            ("ip", "-n", ns_b, "addr", "add", f"{addr_b}/24", "dev", "veth0"),
+        ]
+        for namespace in (ns_a, ns_b):
+            steps += [("ip", "-n", namespace, "link", "set", "lo", "up"),
+                      ("ip", "-n", namespace, "link", "set", "veth0", "up")]
+        for step in steps:
+            done = run(*step)
+            assert done.returncode == 0, f"{' '.join(step)} failed: {done.stderr}"
+        yield hosts
+    finally:
+        for namespace in created:
+            _kill_processes_in(namespace)
+            run("ip", "netns", "del", namespace)
+        left = run("ip", "netns", "list").stdout
+        assert not any(namespace in left for namespace in created), left
+
+
+def _kill_processes_in(namespace: str) -> None:
+    pids = run("ip", "netns", "pids", namespace).stdout.split()
+    for pid in pids:
+        try:
+            os.kill(int(pid), 9)
+        except ProcessLookupError:
+            pass
+
+
+def test_two_hosts_rendezvous_and_all_reduce_across_the_link(two_hosts, workdir: Path):
+    (workdir / "job.py").write_text(JOB)
+    hosts_file = workdir / "hosts"
+    hosts_file.write_text("127.0.0.1 localhost\n"
+                          + "".join(f"{address} {name}\n" for _, name, address in two_hosts))
+    names = [name for _, name, _ in two_hosts]
+    commands = cluster.host_commands("job.py", hosts=names, nproc_per_node=1)
+    env = {**os.environ,
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    for variable in ("MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME"):
+        env.pop(variable, None)  # nothing from outside may steer the job
+    nodes = []
+    try:
+        for (namespace, name, _), command in zip(two_hosts, commands, strict=True):
+            nodes.append(subprocess.Popen(
+                ["ip", "netns", "exec", namespace, "unshare", "--uts", "--mount",
+                 "sh", "-c", AS_HOST, "sh", name, str(hosts_file), *command],
+                cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                text=True, start_new_session=True))
+        outputs = [node.communicate(timeout=TIMEOUT_S)[0] for node in nodes]
+    finally:
+        for node in nodes:
+            if node.poll() is None:
+                node.kill()
+                node.wait()
+        for namespace, _, _ in two_hosts:
+            _kill_processes_in(namespace)
+
+    for node, output in zip(nodes, outputs, strict=True):
+        assert node.returncode == 0, output
+    reports = {}
+    for output in outputs:
+        for match in re.finditer(r"^rank=(\d+) (.*)$", output, flags=re.MULTILINE):
+            reports[int(match.group(1))] = dict(pair.split("=") for pair in match.group(2).split())
+    master_address = two_hosts[0][2]
+    assert sorted(reports) == [0, 1], outputs
+    assert {reports[rank]["host"] for rank in reports} == set(names)  # one rank per host
+    for report in reports.values():
+        assert report["world"] == "2" and report["sum"] == "3"
+        # Every rank reached the master by its name on the link, never the loopback address.
+        assert report["master"] == names[0]
+        assert report["master_ip"] == master_address
+    assert not processes_mentioning(str(workdir / "job.py"))
