@@ -1,0 +1,241 @@
+"""The generated Slurm script, submitted to a real Slurm with two nodes on this machine.
+
+The test starts its own munged, slurmctld and two slurmd (nodes ``n1`` and ``n2``), with every
+file in a temporary folder (``SLURM_CONF`` points there), submits
+``ddp_lib.cluster.slurm_script`` with ``sbatch --wait`` and reads the job's log. Each slurmd
+runs as a machine of its own would: its own host name and an /etc/hosts naming both nodes
+(UTS and mount namespaces), so ``$HEAD_NODE`` resolves exactly as on a cluster. Slurm is
+installed from the distribution's packages when missing (root and apt-get needed); elsewhere the
+test is skipped and says why.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import processes_mentioning, wait_until_gone
+
+from ddp_lib import cluster
+
+PACKAGES = ["slurm-wlm", "munge"]
+TOOLS = ["munged", "slurmctld", "slurmd", "sbatch", "scontrol", "sinfo", "unshare"]
+# Each node has an address of its own on the loopback network (127.0.0.0/8), as machines have.
+NODES = {"n1": "127.0.0.2", "n2": "127.0.0.3"}
+JOB_TIMEOUT_S = 240
+
+JOB = """
+import os
+import socket
+
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+total = torch.tensor([rank + 1.0])
+dist.all_reduce(total)
+print(f"rank={rank} world={dist.get_world_size()} host={socket.gethostname()} "
+      f"master={os.environ['MASTER_ADDR']} sum={total.item():g}", flush=True)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+# Start the rest of the command line as a machine of its own: its host name, its /etc/hosts.
+AS_HOST = 'hostname "$1" && mount --bind "$2" /etc/hosts && shift 2 && exec "$@"'
+
+
+def install_slurm() -> str | None:
+    """Install Slurm and munge if missing; the reason they are not there, or ``None``."""
+    if all(shutil.which(tool) for tool in TOOLS):
+        return None
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        return (f"Slurm is not installed ({', '.join(t for t in TOOLS if not shutil.which(t))} "
+                "missing) and installing it needs root and apt-get")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *PACKAGES]
+    try:
+        done = subprocess.run(install, capture_output=True, text=True, env=env, timeout=600)
+        if done.returncode:  # the package lists may be missing or stale
+            subprocess.run(["apt-get", "update", "-q"], capture_output=True, env=env,
+                           timeout=600)
+            done = subprocess.run(install, capture_output=True, text=True, env=env, timeout=600)
+    except subprocess.TimeoutExpired:
+        return "apt-get did not install Slurm within 10 minutes"
+    if done.returncode:
+        return f"apt-get could not install Slurm: {done.stderr.strip()[-500:]}"
+    return None
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports nothing listens on now (held open together, so they are distinct)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def slurm_conf(folder: Path, ctld_port: int, node_ports: list[int], munge_socket: Path) -> str:
+    """A one-machine cluster: no systemd, no cgroups, no accounting, every file in ``folder``."""
+    nodes = "\n".join(f"NodeName={name} NodeHostname={name} NodeAddr={address} Port={port} "
+                      "CPUs=1 State=UNKNOWN"
+                      for (name, address), port in zip(NODES.items(), node_ports, strict=True))
+    return f"""\
+ClusterName=ddpworkshop
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort={ctld_port}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket={munge_socket}
+CredType=cred/munge
+StateSaveLocation={folder}/state
+SlurmdSpoolDir={folder}/spool-%n
+SlurmctldPidFile={folder}/slurmctld.pid
+SlurmdPidFile={folder}/slurmd-%n.pid
+SlurmctldLogFile={folder}/slurmctld.log
+SlurmdLogFile={folder}/slurmd-%n.log
+ProctrackType=proctrack/pgid
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SchedulerType=sched/builtin
+SelectType=select/linear
+MpiDefault=none
+ReturnToService=2
+SlurmdTimeout=30
+{nodes}
+PartitionName=debug Nodes={','.join(NODES)} Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+class Daemons:
+    """The processes the fixture started; all of them are stopped at the end, whatever happens."""
+
+    def __init__(self, env: dict[str, str]):
+        self.env = env
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, *command: str, log: Path) -> subprocess.Popen:
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(command, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        self.procs.append(proc)
+        return proc
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory: pytest.TempPathFactory):
+    """A running Slurm cluster of two nodes; yields the environment its clients need."""
+    reason = install_slurm()
+    if reason:
+        pytest.skip(reason)
+    if os.geteuid() != 0:
+        pytest.skip("the Slurm daemons run as root here (SlurmUser=root); run the tests as root")
+    folder = tmp_path_factory.mktemp("slurm")
+    (folder / "state").mkdir()
+    key = folder / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o600)
+    munge_socket = folder / "munge.socket"
+    ctld_port, *node_ports = free_ports(1 + len(NODES))
+    conf = folder / "slurm.conf"
+    conf.write_text(slurm_conf(folder, ctld_port, node_ports, munge_socket))
+    hosts = folder / "hosts"
+    hosts.write_text(Path("/etc/hosts").read_text()
+                     + "".join(f"{address} {name}\n" for name, address in NODES.items()))
+    # The clients (sbatch, scontrol) and the job get this environment, as on a login node.
+    env = {**os.environ, "SLURM_CONF": str(conf)}
+    daemons = Daemons(env)
+    try:
+        daemons.start("munged", "--foreground", "--force", f"--socket={munge_socket}",
+                      f"--key-file={key}", f"--pid-file={folder}/munged.pid",
+                      f"--log-file={folder}/munged.log", f"--seed-file={folder}/munged.seed",
+                      log=folder / "munged.out")
+        _wait_for(munge_socket.exists, 20, "munged did not create its socket", folder)
+        daemons.start("slurmctld", "-D", "-i", log=folder / "slurmctld.out")
+        for name in NODES:
+            daemons.start("unshare", "--uts", "--mount", "sh", "-c", AS_HOST, "sh", name,
+                          str(hosts), "slurmd", "-D", "-N", name, log=folder / f"{name}.out")
+
+        def nodes_idle() -> bool:
+            done = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], env=env,
+                                  capture_output=True, text=True, timeout=10)
+            return done.stdout.split() == [word for name in NODES for word in (name, "idle")]
+
+        _wait_for(nodes_idle, 60, "the nodes did not become idle", folder)
+        yield env
+    finally:
+        daemons.stop()
+        left = wait_until_gone(str(folder), within=5)
+        for proc in left:  # slurmstepd of an unfinished job
+            proc.kill()
+        assert not left, [proc.cmdline() for proc in left]
+
+
+def _wait_for(ready, within: float, what: str, folder: Path) -> None:
+    deadline = time.monotonic() + within
+    while not ready():
+        if time.monotonic() > deadline:
+            logs = "\n".join(f"--- {log.name}\n{log.read_text()[-1500:]}"
+                             for log in sorted(folder.glob("*.log")) + sorted(folder.glob("*.out")))
+            pytest.fail(f"{what} within {within:g} s. Logs:\n{logs}")
+        time.sleep(0.5)
+
+
+def test_generated_script_runs_on_two_slurm_nodes(slurm: dict[str, str], tmp_path: Path):
+    (tmp_path / "job.py").write_text(JOB)
+    rendezvous_port, = free_ports(1)  # both nodes share this machine's network
+    batch = tmp_path / "job.sbatch"
+    batch.write_text(cluster.slurm_script("job.py", nodes=2, gpus_per_node=0, cpus_per_task=1,
+                                          nproc_per_node=1, job_name="ddp-test",
+                                          time_limit="5", port=rendezvous_port,
+                                          workdir=str(tmp_path)))
+    # As a user does: activate the Python environment, then submit; sbatch hands this
+    # environment to every node.
+    env = {**slurm, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{slurm['PATH']}",
+           "OMP_NUM_THREADS": "1"}
+    for variable in ("MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME"):
+        env.pop(variable, None)
+    try:
+        done = subprocess.run(["sbatch", "--wait", str(batch)], env=env, capture_output=True,
+                              text=True, timeout=JOB_TIMEOUT_S)
+    finally:
+        subprocess.run(["scancel", "--name=ddp-test"], env=env, capture_output=True, timeout=30)
+    job_id = re.search(r"Submitted batch job (\d+)", done.stdout)
+    assert job_id, done.stdout + done.stderr
+    log = (tmp_path / f"ddp-test-{job_id.group(1)}.out").read_text()
+    assert done.returncode == 0, log
+
+    assert f"rendezvous at n1:{rendezvous_port}" in log
+    reports = {int(m.group(1)): dict(pair.split("=") for pair in m.group(2).split())
+               for m in re.finditer(r"^rank=(\d+) (.*)$", log, flags=re.MULTILINE)}
+    assert sorted(reports) == [0, 1], log
+    assert {report["host"] for report in reports.values()} == set(NODES)  # one rank per node
+    for report in reports.values():
+        assert report["world"] == "2" and report["sum"] == "3"
+        assert report["master"] == "n1"  # the first node of the allocation
+    assert not processes_mentioning(str(tmp_path / "job.py"))
