@@ -43,6 +43,10 @@ from ddp_lib import hardware, metrics
 RANK_PREFIX = re.compile(r"^\[rank(\d+)\]: ?")
 AGENT = "torchrun"
 STOP_GRACE_S = 10.0
+# torchrun lets the workers share its rendezvous store. After a restart that store still holds
+# the previous attempt's addresses, and a worker that reads one before its peer has replaced it
+# dials a dead process (pytorch/pytorch#135712). A store of the workers' own avoids that.
+RESTART_SAFE_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 _run_counter = 0
 
 
@@ -157,7 +161,9 @@ def launch(
             to the script as ``DDP_BACKEND``); ``None`` lets the script choose.
         env: extra environment variables for the workers.
         timeout: seconds before everything is stopped and :class:`LaunchTimeout` is raised.
-        max_restarts: how often torchrun may restart the workers after a failure.
+        max_restarts: how often torchrun may restart the workers after a failure. With
+            restarts, the workers get a rendezvous store of their own (``RESTART_SAFE_ENV``,
+            shown in the printed command), or a restarted group may dial the dead workers.
         run_dir: where torchrun's logs and the metrics file go; a new folder under ``runs/``
             by default.
         stream: print the output live (``False``: only collect it).
@@ -186,7 +192,7 @@ def launch(
     command = _torchrun_command(script, args, plan.nproc_per_node, nnodes, node_rank,
                                 rdzv_endpoint, local_addr, max_restarts, run_dir / "torchrun")
     result = LaunchResult(script=script, command=command, run_dir=run_dir)
-    env = _child_env(env, backend, metrics_file)
+    env = _child_env(env, backend, metrics_file, max_restarts)
     _supervise(result, [_Agent(command, env)], timeout, stream)
     return _finish(result, metrics_file, timeout, check)
 
@@ -236,7 +242,7 @@ def launch_nodes(
     metrics_file.unlink(missing_ok=True)
 
     endpoint = f"127.0.0.1:{_free_port()}"
-    base_env = _child_env(env, plan.backend, metrics_file)
+    base_env = _child_env(env, plan.backend, metrics_file, max_restarts)
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     agents = []
     for node in range(nnodes):
@@ -334,7 +340,7 @@ def _new_run_dir(script: Path) -> Path:
 
 
 def _child_env(extra: Mapping[str, str] | None, backend: str | None,
-               metrics_file: Path) -> dict[str, str]:
+               metrics_file: Path, max_restarts: int) -> dict[str, str]:
     env = dict(os.environ)
     # Workers must import ddp_lib from the same place as this kernel does.
     here = str(Path(__file__).resolve().parents[1])
@@ -344,6 +350,8 @@ def _child_env(extra: Mapping[str, str] | None, backend: str | None,
     env[metrics.ENV_VAR] = str(metrics_file)
     if backend:
         env["DDP_BACKEND"] = backend
+    if max_restarts > 0:
+        env.update(RESTART_SAFE_ENV)
     env.update(extra or {})
     return env
 
@@ -367,7 +375,9 @@ def _supervise(result: LaunchResult, agents: list[_Agent], timeout: float, strea
     if stream:
         for node, agent in enumerate(agents):
             where = f"# node {node}: " if multi else ""
-            print(f"{where}$ torchrun {shlex.join(agent.command[3:])}", flush=True)
+            settings = "".join(f"{k}={v} " for k, v in RESTART_SAFE_ENV.items()
+                               if agent.env.get(k) == v)
+            print(f"{where}$ {settings}torchrun {shlex.join(agent.command[3:])}", flush=True)
     lines: queue.Queue = queue.Queue()
     procs: list[subprocess.Popen] = []
     watchers: list[_ProcessWatcher] = []

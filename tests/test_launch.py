@@ -177,6 +177,35 @@ def test_launch_nodes_needs_several_nodes(make_script):
         launch_nodes(script, nnodes=1)
 
 
+RESTARTED = """
+    import os, time
+    import torch
+    import torch.distributed as dist
+
+    attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    rank = int(os.environ["RANK"])
+    if attempt == 1 and rank == 1:
+        time.sleep(3)  # the restarted rank 1 comes late: rank 0 must not find its old address
+    dist.init_process_group("gloo")
+    for step in range(10):
+        dist.all_reduce(torch.ones(1000))
+        if attempt == 0 and rank == 1 and step == 3:
+            os.kill(os.getpid(), 9)  # a worker dies; torchrun restarts the group
+    print(f"attempt {attempt} done", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+"""
+
+
+def test_max_restarts_recovers_from_a_killed_worker(make_script, capsys):
+    script = make_script("restarted.py", RESTARTED)
+    result = launch(script, nproc_per_node=2, max_restarts=1, timeout=180)
+    assert result.ok
+    for rank in (0, 1):
+        assert "attempt 1 done" in result.output(rank).splitlines()
+    assert "$ TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun" in capsys.readouterr().out
+
+
 def _launch_in_child(workdir: Path, script: Path) -> subprocess.Popen:
     """A separate Python process (like a notebook kernel) that launches ``script``."""
     code = (f"import ddp_lib; ddp_lib.launch({str(script)!r}, args=[{str(workdir / 'started')!r}],"
