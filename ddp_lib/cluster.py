@@ -23,6 +23,8 @@ from typing import Any
 
 import yaml
 
+from ddp_lib.launch import RESTART_SAFE_ENV
+
 RDZV_BACKEND = "c10d"
 NPROC_WORDS = ("gpu", "cpu", "auto")  # torchrun's own non-numeric --nproc-per-node values
 PYTORCH_CONTAINER = "pytorch"  # the training operator finds the training container by this name
@@ -173,6 +175,7 @@ def slurm_script(
         "# sbatch gives every node the environment it was submitted from (activate the Python",
         "# environment before sbatch); nothing node-specific, such as a network interface",
         "# name, is set here, because it would be wrong on the other nodes.",
+        *(_restart_lines() if max_restarts else []),
         _continued(["srun", *command]),
         "",
     ]
@@ -238,6 +241,8 @@ def pytorchjob_manifest(
             "command": list(command),
             "ports": [{"name": OPERATOR_PORT_NAME, "containerPort": port}],
             "resources": {"limits": dict(limits)},
+            **({"env": [{"name": k, "value": v} for k, v in RESTART_SAFE_ENV.items()]}
+               if max_restarts else {}),
             # Processes on one machine exchange data through /dev/shm (DataLoader workers,
             # NCCL); a container's default is only 64 MB.
             "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
@@ -317,8 +322,17 @@ def ssh_commands(
         if not re.fullmatch(r"~?[\w@%+=:,./-]*", workdir):
             workdir = shlex.quote(workdir)
     prefix = f"cd {workdir} && " if workdir else ""
+    if max_restarts:
+        prefix += "".join(f"{k}={v} " for k, v in RESTART_SAFE_ENV.items())
     return [f"ssh {host} {shlex.quote(prefix + shlex.join(command))}"
             for host, command in zip(hosts, commands, strict=True)]
+
+
+def _restart_lines() -> list[str]:
+    """With restarts, every attempt needs a rendezvous store of its own (pytorch#135712)."""
+    return ["# A restarted group must not read the failed attempt's addresses from torchrun's",
+            "# store: give the workers a store of their own.",
+            *(f"export {k}={v}" for k, v in RESTART_SAFE_ENV.items())]
 
 
 def _check_script(script) -> None:

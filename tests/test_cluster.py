@@ -210,3 +210,26 @@ def test_ssh_commands_run_the_host_commands_remotely():
 def test_ssh_commands_reject_bad_hosts(hosts, message):
     with pytest.raises(ValueError, match=message):
         cluster.ssh_commands("train.py", hosts=hosts, nproc_per_node=1)
+
+
+def test_jobs_with_restarts_give_every_attempt_its_own_store():
+    """Restarted workers must not read the failed attempt's addresses (see ddp_lib.launch)."""
+    plain = cluster.slurm_script("train.py", nodes=2, gpus_per_node=0, cpus_per_task=2)
+    elastic = cluster.slurm_script("train.py", nodes=2, gpus_per_node=0, cpus_per_task=2,
+                                   max_restarts=3)
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in plain
+    assert "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in elastic
+    assert elastic.index("export TORCH_DISABLE") < elastic.index("srun torchrun")
+
+    manifest = cluster.pytorchjob_manifest("train.py", nodes=2, gpus_per_node=0,
+                                           cpus_per_node=2, image="img", max_restarts=1)
+    jsonschema.validate(manifest, SCHEMA)
+    for replica in ("Master", "Worker"):
+        container = manifest["spec"]["pytorchReplicaSpecs"][replica]["template"]["spec"][
+            "containers"][0]
+        assert {"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"} in container["env"]
+
+    for command in cluster.ssh_commands("train.py", hosts=["a", "b"], nproc_per_node=1,
+                                        max_restarts=1):
+        remote = shlex.split(command)[2]
+        assert remote.startswith("TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun ")
