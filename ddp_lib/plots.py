@@ -200,3 +200,52 @@ def ring_widget(world_size: int = 4, max_world_size: int = 8):
     step.observe(redraw, names="value")
     redraw()
     return widgets.VBox([widgets.HBox([ranks, play, step]), out])
+
+
+TIMELINE_COLOURS = {"data": "0.6", "forward": "tab:blue", "backward": "tab:orange",
+                    "waiting": "mistyrose", "optimizer": "tab:green", "all-reduce": "tab:red",
+                    "broadcast": "tab:purple"}
+
+
+def timelines(panels: Mapping[str, Sequence], *, title: str | None = None) -> Figure:
+    """Gantt charts of DDP steps: one panel per run, two rows per rank (compute, communication).
+
+    ``panels`` maps a run's name to its spans (``ddp_lib.timeline.Span``, from ``read_traces``).
+    Dotted lines mark the steps; bars overlapping in time on a rank's two rows are communication
+    hidden behind computation.
+    """
+    from matplotlib.patches import Patch
+
+    from ddp_lib.timeline import COMMUNICATION, COMPUTE, STEP
+
+    ranks_per_panel = [sorted({s.rank for s in spans}) for spans in panels.values()]
+    heights = [0.6 + 0.55 * 2 * len(ranks) for ranks in ranks_per_panel]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 0.6 + sum(heights)), squeeze=False,
+                             gridspec_kw={"height_ratios": heights})
+    for ax, (name, spans), ranks in zip(axes[:, 0], panels.items(), ranks_per_panel, strict=True):
+        rows = [(rank, lane) for rank in ranks for lane in (COMPUTE, COMMUNICATION)]
+        for y, (rank, lane) in enumerate(rows):
+            for kind, colour in TIMELINE_COLOURS.items():
+                bars = [(s.start, s.duration) for s in spans
+                        if s.rank == rank and s.lane == lane and s.kind == kind]
+                if bars:
+                    ax.broken_barh(bars, (y - 0.35, 0.7), facecolors=colour,
+                                   edgecolors="black", linewidth=0.3)
+        for s in spans:
+            if s.lane == STEP and s.rank == ranks[0]:
+                ax.axvline(s.start, color="0.4", linestyle=":", linewidth=0.8)
+        ax.set_yticks(range(len(rows)),
+                      [f"rank {rank} {'compute' if lane == COMPUTE else 'comm.'}"
+                       for rank, lane in rows], fontsize=8)
+        ax.set_ylim(len(rows) - 0.5, -0.5)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("ms")
+    handles = [Patch(facecolor=c, edgecolor="black", linewidth=0.3, label=k)
+               for k, c in TIMELINE_COLOURS.items()]
+    top = 0.97 if title else 1.0
+    fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=8,
+               bbox_to_anchor=(0.5, top), frameon=False)
+    if title:
+        fig.suptitle(title, fontsize=10, y=1.0)
+    fig.tight_layout(rect=(0, 0, 1, top - 0.04))
+    return fig

@@ -77,3 +77,19 @@ def test_ring_widget_follows_the_number_of_ranks():
     step.value = 14
     ranks.value = 2
     assert step.max == 2
+
+
+def test_timelines_draw_two_rows_per_rank_and_a_bar_per_span():
+    from ddp_lib.timeline import COMMUNICATION, COMPUTE, STEP, Span
+
+    spans = [Span(r, lane, kind, start, end, 0) for r in (0, 1) for lane, kind, start, end in (
+        (STEP, "step", 0, 10), (COMPUTE, "forward", 0, 3), (COMPUTE, "backward", 3, 8),
+        (COMMUNICATION, "all-reduce", 5, 7), (COMMUNICATION, "all-reduce", 7.5, 9))]
+    fig = plots.timelines({"a": spans, "b": [s for s in spans if s.rank == 0]})
+    first, second = fig.axes
+    assert [t.get_text() for t in first.get_yticklabels()] == [
+        "rank 0 compute", "rank 0 comm.", "rank 1 compute", "rank 1 comm."]
+    assert len(second.get_yticklabels()) == 2
+    bars = [bar for collection in first.collections for bar in collection.get_paths()]
+    assert len(bars) == 8  # forward, backward and two all-reduces on each rank
+    assert first.get_title() == "a"

@@ -1,0 +1,189 @@
+"""Per-rank timelines of DDP steps, read from the Chrome traces that ``torch.profiler`` writes.
+
+A lesson's script records a few training steps with ``torch.profiler`` and exports one trace per
+rank (``rank0.json``, ``rank1.json``, ...). This module turns those traces into spans, so that a
+notebook can draw who did what when (``plots.timelines``) and add up where a step's time went
+(``step_breakdown``). It reads what PyTorch itself records:
+
+- ``ProfilerStep#k``: one training step (``profiler.step()`` marks the boundaries);
+- ``forward``, ``backward``: ``record_function`` labels set by the script;
+- ``Optimizer.step#...``, ``enumerate(DataLoader)#...``: labels that PyTorch sets by itself;
+- ``gloo:all_reduce``, ``gloo:broadcast`` (CPU) or NCCL kernels (GPU): the collectives that DDP
+  runs on its communication threads or streams, one ``all_reduce`` per gradient bucket;
+- ``autograd::engine::evaluate_function: ...``: gradient computations; after the last one, a
+  ``backward`` that has not returned is waiting for the last buckets' all-reduce.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+STEP = "step"
+COMPUTE = "compute"
+COMMUNICATION = "communication"
+KINDS = ("data", "forward", "backward", "waiting", "optimizer", "all-reduce", "broadcast")
+
+
+@dataclass(frozen=True)
+class Span:
+    """One interval of one rank's timeline, in milliseconds from the first recorded step."""
+
+    rank: int
+    lane: str  # STEP, COMPUTE (the training loop) or COMMUNICATION (DDP's collectives)
+    kind: str  # "step" or one of KINDS
+    start: float
+    end: float
+    step: int  # which recorded step (0, 1, ...) it belongs to
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+def _events(trace: dict) -> list[dict]:
+    return [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
+
+
+def _compute_kind(name: str) -> str | None:
+    if name in ("forward", "backward"):
+        return name
+    if name.startswith("Optimizer.step#"):
+        return "optimizer"
+    if name.startswith("enumerate(DataLoader)#"):
+        return "data"
+    return None
+
+
+def _communication_kind(event: dict, on_gpu: bool) -> str | None:
+    name = event["name"].lower()
+    if on_gpu:  # the NCCL kernels on the GPU's communication stream
+        if event.get("cat") != "kernel" or "nccl" not in name:
+            return None
+    elif not name.startswith(("gloo:", "nccl:", "mpi:")):
+        return None
+    if "allreduce" in name.replace("_", ""):
+        return "all-reduce"
+    if "broadcast" in name:
+        return "broadcast"
+    return None
+
+
+def read_trace(trace: dict | str | os.PathLike, rank: int) -> tuple[list[Span], float]:
+    """The spans of one rank's trace, and the absolute time (µs) of its first recorded step.
+
+    On a GPU trace (one with kernels), forward and backward are the GPU's spans
+    (``gpu_user_annotation``) and communication the NCCL kernels; on a CPU trace, the CPU's.
+    Times are returned relative to the first step; ``read_traces`` puts all ranks on one clock.
+    """
+    if not isinstance(trace, dict):
+        trace = json.loads(Path(trace).read_text(encoding="utf-8"))
+    events = _events(trace)
+    steps = sorted((e for e in events if e["name"].startswith("ProfilerStep#")
+                    and e.get("cat") != "gpu_user_annotation"), key=lambda e: e["ts"])
+    if not steps:
+        raise ValueError(f"rank {rank}'s trace has no ProfilerStep: was profiler.step() called "
+                         "after every training step, and did the run reach the active steps?")
+    on_gpu = any(e.get("cat") == "kernel" for e in events)
+    main_thread = steps[0]["tid"]
+    origin = steps[0]["ts"]
+    bounds = [(s["ts"], s["ts"] + s["dur"]) for s in steps]
+
+    def step_of(ts: float) -> int | None:
+        for i, (start, end) in enumerate(bounds):
+            if start <= ts < end:
+                return i
+        return None
+
+    spans = [Span(rank, STEP, STEP, start, end, i) for i, (start, end) in enumerate(bounds)]
+    gradients = defaultdict(float)  # step -> end of its last gradient computation (CPU)
+    for e in events:
+        step = step_of(e["ts"])
+        if step is None or e["name"].startswith("ProfilerStep#"):
+            continue
+        start, end = e["ts"], e["ts"] + e["dur"]
+        kind = _communication_kind(e, on_gpu)
+        if kind is not None:
+            spans.append(Span(rank, COMMUNICATION, kind, start, end, step))
+            continue
+        compute_category = "gpu_user_annotation" if on_gpu else "user_annotation"
+        kind = _compute_kind(e["name"])
+        if kind is not None and (e.get("cat") == compute_category or kind == "data"):
+            if on_gpu or e["tid"] == main_thread:
+                spans.append(Span(rank, COMPUTE, kind, start, end, step))
+        elif (not on_gpu and e["tid"] == main_thread
+              and e["name"].startswith("autograd::engine::evaluate_function")):
+            gradients[step] = max(gradients[step], end)
+    for span in [s for s in spans if s.kind == "backward"]:
+        done = gradients.get(span.step)
+        if done is not None and span.start < done < span.end:  # split: computing, then waiting
+            spans.remove(span)
+            spans.append(Span(rank, COMPUTE, "backward", span.start, done, span.step))
+            spans.append(Span(rank, COMPUTE, "waiting", done, span.end, span.step))
+    spans = [Span(s.rank, s.lane, s.kind, (s.start - origin) / 1e3, (s.end - origin) / 1e3,
+                  s.step) for s in spans]
+    return sorted(spans, key=lambda s: (s.lane, s.start)), origin
+
+
+def read_traces(directory: str | os.PathLike) -> list[Span]:
+    """All ranks' spans from ``directory/rank*.json``, on one clock (the earliest first step).
+
+    The ranks of one machine share its clock, so their spans line up; across machines they are
+    only as aligned as the machines' clocks.
+    """
+    paths = sorted(Path(directory).glob("rank*.json"), key=lambda p: int(p.stem[4:]))
+    if not paths:
+        raise FileNotFoundError(f"no rank*.json traces in {directory}")
+    per_rank = [read_trace(p, int(p.stem[4:])) for p in paths]
+    first = min(origin for _, origin in per_rank)
+    shifted = []
+    for spans, origin in per_rank:
+        offset = (origin - first) / 1e3
+        shifted += [Span(s.rank, s.lane, s.kind, s.start + offset, s.end + offset, s.step)
+                    for s in spans]
+    return shifted
+
+
+def _union_length(intervals: list[tuple[float, float]]) -> float:
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Length of (union of a) ∩ (union of b)."""
+    both = [(max(s1, s2), min(e1, e2)) for s1, e1 in a for s2, e2 in b if min(e1, e2) > max(s1, s2)]
+    return _union_length(both)
+
+
+def step_breakdown(spans: list[Span]) -> dict[int, dict[str, float]]:
+    """Per rank, milliseconds per step (mean over the recorded steps) of every kind of span.
+
+    Besides the kinds, each rank gets ``step`` (the step's duration), ``communication`` (time
+    during which at least one collective ran) and ``hidden`` (the part of it during which the
+    rank was also computing gradients: overlapped with ``backward``).
+    """
+    by_rank: dict[int, list[Span]] = defaultdict(list)
+    for s in spans:
+        by_rank[s.rank].append(s)
+    out = {}
+    for rank, mine in sorted(by_rank.items()):
+        steps = sorted({s.step for s in mine})
+        totals = dict.fromkeys(KINDS, 0.0)
+        totals.update(step=0.0, communication=0.0, hidden=0.0)
+        for step in steps:
+            here = [s for s in mine if s.step == step]
+            for s in here:
+                totals[s.kind] += s.duration
+            comm = [(s.start, s.end) for s in here if s.lane == COMMUNICATION]
+            grads = [(s.start, s.end) for s in here if s.kind == "backward"]
+            totals["communication"] += _union_length(comm)
+            totals["hidden"] += _overlap(comm, grads)
+        out[rank] = {k: v / len(steps) for k, v in totals.items()}
+    return out

@@ -1,0 +1,103 @@
+"""Timelines from torch.profiler traces: a hand-made trace with known answers, and a real one."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+from ddp_lib import timeline
+
+MAIN, GLOO = 100, 200
+
+
+def event(name, ts, dur, tid=MAIN, cat="user_annotation"):
+    return {"ph": "X", "name": name, "ts": ts, "dur": dur, "tid": tid, "pid": 1, "cat": cat}
+
+
+def one_step(t0):
+    """A step of 100 µs: forward 20, backward 60 (gradients done at +70), optimizer 10.
+
+    Two buckets are all-reduced: 40-60 while gradients are still computed (hidden) and 65-85,
+    which runs 5 µs past the last gradient and then keeps backward waiting.
+    """
+    return [
+        event("ProfilerStep#7", t0, 100),
+        event("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t0, 5),
+        event("forward", t0 + 5, 20),
+        event("backward", t0 + 25, 60),
+        event("autograd::engine::evaluate_function: ConvolutionBackward0", t0 + 30, 40,
+              cat="cpu_op"),
+        event("gloo:all_reduce", t0 + 40, 20, tid=GLOO),
+        event("gloo:all_reduce", t0 + 65, 20, tid=GLOO),
+        event("Optimizer.step#SGD.step", t0 + 88, 10),
+    ]
+
+
+def write(path, events):
+    path.write_text(json.dumps({"traceEvents": events}), encoding="utf-8")
+
+
+def test_a_hand_made_trace_gives_its_spans_and_breakdown(tmp_path):
+    write(tmp_path / "rank0.json", one_step(1_000) + one_step(1_100))
+    write(tmp_path / "rank1.json", one_step(1_010))  # starts 10 µs later: same clock
+    spans = timeline.read_traces(tmp_path)
+    rank0 = [s for s in spans if s.rank == 0 and s.step == 0]
+    kinds = {s.kind: (round(s.start * 1e3), round(s.end * 1e3)) for s in rank0
+             if s.kind != "all-reduce"}
+    assert kinds == {"step": (0, 100), "data": (0, 5), "forward": (5, 25), "backward": (25, 70),
+                     "waiting": (70, 85), "optimizer": (88, 98)}
+    assert min(s.start for s in spans if s.rank == 1) == pytest.approx(0.010)
+    breakdown = timeline.step_breakdown(spans)
+    assert breakdown[0]["step"] == pytest.approx(0.100)
+    assert breakdown[0]["communication"] == pytest.approx(0.040)
+    assert breakdown[0]["hidden"] == pytest.approx(0.025)  # 40-60 and 65-70
+    assert breakdown[1] == pytest.approx(breakdown[0])
+
+
+def test_a_trace_without_steps_says_what_to_check(tmp_path):
+    write(tmp_path / "rank0.json", [event("forward", 0, 10)])
+    with pytest.raises(ValueError, match="profiler.step"):
+        timeline.read_traces(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        timeline.read_traces(tmp_path / "missing")
+
+
+def test_a_real_ddp_trace_shows_forward_backward_and_one_all_reduce_per_bucket(tmp_path):
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0,
+                            world_size=1)
+    try:
+        torch.manual_seed(0)
+        layers = torch.nn.Sequential(torch.nn.Linear(8, 256), torch.nn.ReLU(),
+                                     torch.nn.Linear(256, 256), torch.nn.ReLU(),
+                                     torch.nn.Linear(256, 2))
+        model = DDP(layers, bucket_cap_mb=0.2)  # 330 KB of gradients: several buckets
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        x, y = torch.randn(16, 8), torch.randint(0, 2, (16,))
+        trace = tmp_path / "traces" / "rank0.json"
+        trace.parent.mkdir()
+        with profile(activities=[ProfilerActivity.CPU],
+                     schedule=schedule(wait=1, warmup=1, active=2, repeat=1),
+                     on_trace_ready=lambda p: p.export_chrome_trace(str(trace))) as profiler:
+            for _ in range(4):
+                with record_function("forward"):
+                    loss = F.cross_entropy(model(x), y)
+                with record_function("backward"):
+                    loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                profiler.step()
+    finally:
+        dist.destroy_process_group()
+    spans = timeline.read_traces(trace.parent)
+    for step in (0, 1):
+        kinds = [s.kind for s in spans if s.step == step]
+        assert {"step", "forward", "backward", "optimizer"} <= set(kinds)
+        assert kinds.count("all-reduce") >= 2
+    assert all(s.lane == timeline.COMMUNICATION for s in spans if s.kind == "all-reduce")
+    assert timeline.step_breakdown(spans)[0]["communication"] > 0
