@@ -10,6 +10,9 @@ notebook can draw who did what when (``plots.timelines``) and add up where a ste
 - ``Optimizer.step#...``, ``enumerate(DataLoader)#...``: labels that PyTorch sets by itself;
 - ``gloo:all_reduce``, ``gloo:broadcast`` (CPU) or NCCL kernels (GPU): the collectives that DDP
   runs on its communication threads or streams, one ``all_reduce`` per gradient bucket;
+- on GPUs, the kernels: backward's are launched by autograd's own thread, outside the training
+  loop's ``backward`` span, so backward is taken to be the kernels between forward and the
+  optimizer;
 - ``autograd::engine::evaluate_function: ...``: gradient computations; after the last one, a
   ``backward`` that has not returned is waiting for the last buckets' all-reduce.
 """
@@ -17,6 +20,7 @@ notebook can draw who did what when (``plots.timelines``) and add up where a ste
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections import defaultdict
 from dataclasses import dataclass
@@ -75,8 +79,11 @@ def _communication_kind(event: dict, on_gpu: bool) -> str | None:
 def read_trace(trace: dict | str | os.PathLike, rank: int) -> tuple[list[Span], float]:
     """The spans of one rank's trace, and the absolute time (µs) of its first recorded step.
 
-    On a GPU trace (one with kernels), forward and backward are the GPU's spans
-    (``gpu_user_annotation``) and communication the NCCL kernels; on a CPU trace, the CPU's.
+    On a CPU trace, forward and backward are the training loop's ``record_function`` spans, and
+    backward is split where its last gradient was computed (after that it waits for the
+    all-reduce). On a GPU trace (one with kernels), forward and optimizer are the GPU's spans
+    (``gpu_user_annotation``), backward is the GPU's kernels between them (autograd launches them
+    from its own thread), and communication is the NCCL kernels.
     Times are returned relative to the first step; ``read_traces`` puts all ranks on one clock.
     """
     if not isinstance(trace, dict):
@@ -99,25 +106,39 @@ def read_trace(trace: dict | str | os.PathLike, rank: int) -> tuple[list[Span], 
         return None
 
     spans = [Span(rank, STEP, STEP, start, end, i) for i, (start, end) in enumerate(bounds)]
-    gradients = defaultdict(float)  # step -> end of its last gradient computation (CPU)
+    gradients = defaultdict(float)  # CPU: step -> end of its last gradient computation
+    kernels = defaultdict(list)  # GPU: step -> its computing kernels
     for e in events:
         step = step_of(e["ts"])
         if step is None or e["name"].startswith("ProfilerStep#"):
             continue
-        start, end = e["ts"], e["ts"] + e["dur"]
+        start, end, category = e["ts"], e["ts"] + e["dur"], e.get("cat")
         kind = _communication_kind(e, on_gpu)
         if kind is not None:
             spans.append(Span(rank, COMMUNICATION, kind, start, end, step))
             continue
-        compute_category = "gpu_user_annotation" if on_gpu else "user_annotation"
         kind = _compute_kind(e["name"])
-        if kind is not None and (e.get("cat") == compute_category or kind == "data"):
-            if on_gpu or e["tid"] == main_thread:
-                spans.append(Span(rank, COMPUTE, kind, start, end, step))
+        on_main = e["tid"] == main_thread and category == "user_annotation"
+        if kind == "data" and on_main:
+            spans.append(Span(rank, COMPUTE, kind, start, end, step))
+        elif on_gpu and category == "kernel":
+            kernels[step].append((start, end))
+        elif on_gpu and kind in ("forward", "optimizer") and category == "gpu_user_annotation":
+            spans.append(Span(rank, COMPUTE, kind, start, end, step))
+        elif not on_gpu and kind is not None and on_main:
+            spans.append(Span(rank, COMPUTE, kind, start, end, step))
         elif (not on_gpu and e["tid"] == main_thread
               and e["name"].startswith("autograd::engine::evaluate_function")):
             gradients[step] = max(gradients[step], end)
-    for span in [s for s in spans if s.kind == "backward"]:
+    for step, mine in kernels.items():  # GPU: backward is what runs after forward, before step()
+        forward_end = max((s.end for s in spans if s.step == step and s.kind == "forward"),
+                          default=None)
+        optimizer_start = min((s.start for s in spans
+                               if s.step == step and s.kind == "optimizer"), default=math.inf)
+        if forward_end is not None:
+            spans += [Span(rank, COMPUTE, "backward", start, end, step) for start, end in mine
+                      if start >= forward_end and end <= optimizer_start]
+    for span in [s for s in spans if s.kind == "backward" and not on_gpu]:
         done = gradients.get(span.step)
         if done is not None and span.start < done < span.end:  # split: computing, then waiting
             spans.remove(span)

@@ -60,6 +60,28 @@ def test_a_hand_made_trace_gives_its_spans_and_breakdown(tmp_path):
     assert breakdown[1] == pytest.approx(breakdown[0])
 
 
+def test_on_a_gpu_backward_is_the_kernels_between_forward_and_the_optimizer(tmp_path):
+    gpu = {"tid": 7, "pid": 0}
+    events = [
+        event("ProfilerStep#3", 0, 100),
+        event("forward", 5, 20, cat="gpu_user_annotation") | gpu,
+        event("backward", 25, 2, cat="gpu_user_annotation") | gpu,  # autograd's thread: tiny
+        *(event("sgemm", start, dur, cat="kernel") | gpu
+          for start, dur in ((10, 10), (30, 10), (45, 15), (62, 8), (82, 6))),
+        event("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*)", 50, 25, tid=9,
+              cat="kernel"),
+        event("Optimizer.step#SGD.step", 80, 10, cat="gpu_user_annotation") | gpu,
+    ]
+    write(tmp_path / "rank0.json", events)
+    spans = timeline.read_traces(tmp_path)
+    backward = [(round(s.start * 1e3), round(s.end * 1e3)) for s in spans if s.kind == "backward"]
+    assert backward == [(30, 40), (45, 60), (62, 70)]  # not forward's, not the optimizer's
+    assert [s.kind for s in spans if s.lane == timeline.COMMUNICATION] == ["all-reduce"]
+    breakdown = timeline.step_breakdown(spans)[0]
+    assert breakdown["communication"] == pytest.approx(0.025)
+    assert breakdown["hidden"] == pytest.approx(0.018)  # 50-60 and 62-70 overlap kernels
+
+
 def test_a_trace_without_steps_says_what_to_check(tmp_path):
     write(tmp_path / "rank0.json", [event("forward", 0, 10)])
     with pytest.raises(ValueError, match="profiler.step"):
