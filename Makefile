@@ -19,13 +19,14 @@ export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 
-.PHONY: help setup lab run test lint browser clean
+.PHONY: help setup lab run test lint browser bench clean
 
 help:
 	@echo "make setup   create the Python environment ($(VENV))"
 	@echo "make lab     open the course in JupyterLab"
 	@echo "make run     execute every notebook headless into build/ (notebooks and HTML pages)"
 	@echo "make test    lint, unit tests, every notebook through nbval and in JupyterLab (CI)"
+	@echo "make bench   benchmarks: launch overhead, all-reduce bandwidth, training (docs/benchmarks.md)"
 	@echo "make clean   remove build/, written scripts and run logs (keeps data/ and the environment)"
 
 setup: $(READY)
@@ -80,6 +81,13 @@ test: export DDP_WORKSHOP_FULL_SIZE ?= 0
 test: lint browser
 	"$(BIN)/python" -m pytest tests $(NOTEBOOKS) --nbval-lax --nbval-current-env \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600
+
+# Programs, not tests: they print tables (and write build/bench/results.md). BENCH_ARGS passes
+# options, e.g. make bench BENCH_ARGS="--quick" or BENCH_ARGS="--only notebooks".
+BENCH_ARGS ?=
+bench: export DDP_WORKSHOP_DATASET ?= synthetic
+bench: $(READY)
+	"$(BIN)/python" -m benchmarks.run_all $(BENCH_ARGS)
 
 clean:
 	rm -rf build notebooks/scripts notebooks/runs notebooks/checkpoints notebooks/results runs .pytest_cache .ruff_cache

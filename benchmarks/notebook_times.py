@@ -1,0 +1,50 @@
+"""Wall time of every notebook of the series, executed headless as ``make run`` executes them.
+
+Each notebook runs in a fresh kernel (``jupyter nbconvert --execute``, the kernel's start
+included) at the small size on the generated data set, one after the other; the executed copies
+go to build/bench/notebooks/. The goal: each notebook well under 90 s on 2 CPU cores, and the
+whole series (what nbval runs in ``make test``) under 6 minutes.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from benchmarks.common import ROOT, Table, bench_env, build_dir, run_command
+
+NOTEBOOK_GOAL_S = 90.0
+SERIES_GOAL_S = 360.0
+
+
+def run(quick: bool = False) -> Table:
+    notebooks = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    if quick:
+        notebooks = notebooks[:1]
+    output = build_dir("notebooks")
+    env = bench_env(DDP_WORKSHOP_DATASET="synthetic", DDP_WORKSHOP_FULL_SIZE="0")
+    env.pop("OMP_NUM_THREADS")  # as in `make run`: the notebooks choose their threads
+    jupyter = Path(sys.executable).with_name("jupyter")
+    rows, seconds = [], {}
+    failed = []
+    for notebook in notebooks:
+        command = [str(jupyter), "nbconvert", "--to", "notebook", "--execute",
+                   "--ExecutePreprocessor.timeout=1800", "--output-dir", str(output),
+                   str(notebook)]
+        try:
+            seconds[notebook.name] = run_command(command, env=env).wall
+        except RuntimeError as exc:  # a notebook being written may fail: time the others
+            failed.append(notebook.name)
+            rows.append([notebook.name, "", f"FAILED: {str(exc).splitlines()[-1][:80]}"])
+            continue
+        verdict = "ok" if seconds[notebook.name] < NOTEBOOK_GOAL_S else "OVER"
+        rows.append([notebook.name, f"{seconds[notebook.name]:.1f}", verdict])
+    total = sum(seconds.values())
+    rows.append([f"all ({len(seconds)} run)", f"{total:.1f}",
+                 "ok" if total < SERIES_GOAL_S and not failed else "OVER" if not failed
+                 else f"incomplete: {', '.join(failed)} failed"])
+    return Table(
+        title="Notebooks executed headless, small size, synthetic data (one run each)",
+        headers=["notebook", "wall s", f"goal < {NOTEBOOK_GOAL_S:.0f} s each, "
+                 f"< {SERIES_GOAL_S:.0f} s all"],
+        rows=rows, data={"seconds": seconds})

@@ -1,0 +1,79 @@
+"""One device: ResNet-18 images/s in fp32 and with autocast, and plain vs 1-process DDP.
+
+Run by torchrun with one process: python -m torch.distributed.run --nproc-per-node=1
+    gpu_throughput.py [--steps 20]
+On a CUDA GPU it uses cuda:0 and NCCL, fp16 autocast with a GradScaler; without one it runs the
+same code on the CPU with Gloo and bf16 autocast (slowly: a check that the code runs, not a
+measurement). Variants run in interleaved rounds; rank 0 reports images/s per round.
+"""
+import argparse
+import time
+from contextlib import nullcontext
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from ddp_lib.metrics import report
+from ddp_lib.models import resnet18_cifar
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=20)  # per variant and round
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+        torch.backends.cudnn.benchmark = True
+    dist.init_process_group("nccl" if cuda else "gloo")
+    low = torch.float16 if cuda else torch.bfloat16
+    images = torch.randn(args.batch_size, 3, 32, 32, device=device)
+    labels = torch.randint(0, 10, (args.batch_size,), device=device)
+
+    torch.manual_seed(0)
+    models = {"fp32": resnet18_cifar().to(device), "autocast": resnet18_cifar().to(device),
+              "ddp 1 process fp32": DDP(resnet18_cifar().to(device))}
+    optimizers = {k: torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+                  for k, m in models.items()}
+    scaler = torch.amp.GradScaler(device.type, enabled=cuda)  # fp16 needs loss scaling
+
+    def run(variant, steps):
+        model, optimizer = models[variant], optimizers[variant]
+        autocast = (torch.autocast(device.type, dtype=low) if variant == "autocast"
+                    else nullcontext())
+        if cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(steps):
+            optimizer.zero_grad(set_to_none=True)
+            with autocast:
+                loss = F.cross_entropy(model(images), labels)
+            if variant == "autocast":
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                loss.backward()
+                optimizer.step()
+        if cuda:
+            torch.cuda.synchronize()
+        return args.batch_size * steps / (time.perf_counter() - start)
+
+    for variant in models:  # warm-up: cuDNN autotuning, allocations
+        run(variant, 2)
+    for round_index in range(args.rounds):
+        for variant in models:
+            report("images_per_s", run(variant, args.steps), step=round_index, variant=variant,
+                   device=str(device), low_precision=str(low))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
