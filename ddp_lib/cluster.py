@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from ddp_lib.launch import RESTART_SAFE_ENV
+from ddp_lib.launch import OWN_STORE_ENV
 
 RDZV_BACKEND = "c10d"
 NPROC_WORDS = ("gpu", "cpu", "auto")  # torchrun's own non-numeric --nproc-per-node values
@@ -241,7 +241,7 @@ def pytorchjob_manifest(
             "command": list(command),
             "ports": [{"name": OPERATOR_PORT_NAME, "containerPort": port}],
             "resources": {"limits": dict(limits)},
-            **({"env": [{"name": k, "value": v} for k, v in RESTART_SAFE_ENV.items()]}
+            **({"env": [{"name": k, "value": v} for k, v in OWN_STORE_ENV.items()]}
                if max_restarts else {}),
             # Processes on one machine exchange data through /dev/shm (DataLoader workers,
             # NCCL); a container's default is only 64 MB.
@@ -323,7 +323,7 @@ def ssh_commands(
             workdir = shlex.quote(workdir)
     prefix = f"cd {workdir} && " if workdir else ""
     if max_restarts:
-        prefix += "".join(f"{k}={v} " for k, v in RESTART_SAFE_ENV.items())
+        prefix += "".join(f"{k}={v} " for k, v in OWN_STORE_ENV.items())
     return [f"ssh {host} {shlex.quote(prefix + shlex.join(command))}"
             for host, command in zip(hosts, commands, strict=True)]
 
@@ -332,7 +332,7 @@ def _restart_lines() -> list[str]:
     """With restarts, every attempt needs a rendezvous store of its own (pytorch#135712)."""
     return ["# A restarted group must not read the failed attempt's addresses from torchrun's",
             "# store: give the workers a store of their own.",
-            *(f"export {k}={v}" for k, v in RESTART_SAFE_ENV.items())]
+            *(f"export {k}={v}" for k, v in OWN_STORE_ENV.items())]
 
 
 def _check_script(script) -> None:

@@ -43,10 +43,13 @@ from ddp_lib import hardware, metrics
 RANK_PREFIX = re.compile(r"^\[rank(\d+)\]: ?")
 AGENT = "torchrun"
 STOP_GRACE_S = 10.0
-# torchrun lets the workers share its rendezvous store. After a restart that store still holds
-# the previous attempt's addresses, and a worker that reads one before its peer has replaced it
-# dials a dead process (pytorch/pytorch#135712). A store of the workers' own avoids that.
-RESTART_SAFE_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+# By default torchrun lets its workers share its rendezvous store. Two failures come from that:
+# after a restart the store still holds the failed attempt's addresses, and a worker that reads
+# one before its peer has replaced it dials a dead process (pytorch/pytorch#135712); and on this
+# course's machines about 1 launch in 20 of a small Gloo DDP script aborted at exit ("terminate
+# called without an active exception"), after a clean shutdown, where with a store of the
+# workers' own none of 40 did. So every launch gives the workers their own store.
+OWN_STORE_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 _run_counter = 0
 
 
@@ -161,9 +164,7 @@ def launch(
             to the script as ``DDP_BACKEND``); ``None`` lets the script choose.
         env: extra environment variables for the workers.
         timeout: seconds before everything is stopped and :class:`LaunchTimeout` is raised.
-        max_restarts: how often torchrun may restart the workers after a failure. With
-            restarts, the workers get a rendezvous store of their own (``RESTART_SAFE_ENV``,
-            shown in the printed command), or a restarted group may dial the dead workers.
+        max_restarts: how often torchrun may restart the workers after a failure.
         run_dir: where torchrun's logs and the metrics file go; a new folder under ``runs/``
             by default.
         stream: print the output live (``False``: only collect it).
@@ -181,10 +182,7 @@ def launch(
     script = Path(script)
     plan = _check_arguments(script, nproc_per_node, nnodes, node_rank, rdzv_endpoint, backend,
                             timeout, max_restarts, env)
-    run_dir = _new_run_dir(script) if run_dir is None else Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    metrics_file = run_dir / "metrics.jsonl"
-    metrics_file.unlink(missing_ok=True)
+    run_dir, metrics_file = _prepare_run_dir(script, run_dir)
 
     if nnodes == 1:
         rdzv_endpoint = rdzv_endpoint or "127.0.0.1:0"
@@ -192,7 +190,7 @@ def launch(
     command = _torchrun_command(script, args, plan.nproc_per_node, nnodes, node_rank,
                                 rdzv_endpoint, local_addr, max_restarts, run_dir / "torchrun")
     result = LaunchResult(script=script, command=command, run_dir=run_dir)
-    env = _child_env(env, backend, metrics_file, max_restarts)
+    env = _child_env(env, backend, metrics_file)
     _supervise(result, [_Agent(command, env)], timeout, stream)
     return _finish(result, metrics_file, timeout, check)
 
@@ -236,13 +234,10 @@ def launch_nodes(
         raise ValueError(f"launch_nodes needs nnodes >= 2, got {nnodes!r}; use launch() for one.")
     total = nproc_per_node * nnodes if isinstance(nproc_per_node, int) else nproc_per_node
     plan = _check_arguments(script, total, 1, 0, None, backend, timeout, max_restarts, env)
-    run_dir = _new_run_dir(script) if run_dir is None else Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    metrics_file = run_dir / "metrics.jsonl"
-    metrics_file.unlink(missing_ok=True)
+    run_dir, metrics_file = _prepare_run_dir(script, run_dir)
 
     endpoint = f"127.0.0.1:{_free_port()}"
-    base_env = _child_env(env, plan.backend, metrics_file, max_restarts)
+    base_env = _child_env(env, plan.backend, metrics_file)
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     agents = []
     for node in range(nnodes):
@@ -332,6 +327,15 @@ def _check_arguments(script: Path, nproc_per_node, nnodes, node_rank, rdzv_endpo
     return plan
 
 
+def _prepare_run_dir(script: Path, run_dir: str | os.PathLike | None) -> tuple[Path, Path]:
+    """The launch's folder (created) and its metrics file (emptied: one launch's numbers)."""
+    run_dir = _new_run_dir(script) if run_dir is None else Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    metrics_file = run_dir / "metrics.jsonl"
+    metrics_file.unlink(missing_ok=True)
+    return run_dir, metrics_file
+
+
 def _new_run_dir(script: Path) -> Path:
     global _run_counter
     _run_counter += 1
@@ -340,7 +344,7 @@ def _new_run_dir(script: Path) -> Path:
 
 
 def _child_env(extra: Mapping[str, str] | None, backend: str | None,
-               metrics_file: Path, max_restarts: int) -> dict[str, str]:
+               metrics_file: Path) -> dict[str, str]:
     env = dict(os.environ)
     # Workers must import ddp_lib from the same place as this kernel does.
     here = str(Path(__file__).resolve().parents[1])
@@ -350,8 +354,7 @@ def _child_env(extra: Mapping[str, str] | None, backend: str | None,
     env[metrics.ENV_VAR] = str(metrics_file)
     if backend:
         env["DDP_BACKEND"] = backend
-    if max_restarts > 0:
-        env.update(RESTART_SAFE_ENV)
+    env.update(OWN_STORE_ENV)  # see OWN_STORE_ENV; shown in the printed command
     env.update(extra or {})
     return env
 
@@ -375,7 +378,7 @@ def _supervise(result: LaunchResult, agents: list[_Agent], timeout: float, strea
     if stream:
         for node, agent in enumerate(agents):
             where = f"# node {node}: " if multi else ""
-            settings = "".join(f"{k}={v} " for k, v in RESTART_SAFE_ENV.items()
+            settings = "".join(f"{k}={v} " for k, v in OWN_STORE_ENV.items()
                                if agent.env.get(k) == v)
             print(f"{where}$ {settings}torchrun {shlex.join(agent.command[3:])}", flush=True)
     lines: queue.Queue = queue.Queue()

@@ -72,7 +72,8 @@ def test_launch_streams_ranks_and_collects_metrics(make_script, capsys):
     shown = capsys.readouterr()
     assert "[rank1] rank 1 of 2 got 3" in shown.out
     assert "[rank0] warning from rank 0" in shown.err
-    assert "$ torchrun" in shown.out and "127.0.0.1:0" in shown.out
+    assert "$ TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun" in shown.out
+    assert "127.0.0.1:0" in shown.out
     assert (result.run_dir / "torchrun").is_dir()  # torchrun's logs stay with the launch
 
 
@@ -156,7 +157,8 @@ def test_launch_nodes_runs_one_job_over_two_simulated_machines(make_script, caps
         first, second = (set(m["cores"]) for m in records)
         assert first and second and not first & second
     shown = capsys.readouterr().out
-    assert "# node 0: $ torchrun --nnodes=2" in shown and "# node 1: $ torchrun" in shown
+    assert "# node 0: $ TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --nnodes=2" in shown
+    assert "# node 1: $ TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun" in shown
     assert (result.run_dir / "torchrun-node1").is_dir()
 
 
