@@ -35,7 +35,8 @@ def run(quick: bool = False) -> Table:
             seconds[notebook.name] = run_command(command, env=env).wall
         except RuntimeError as exc:  # a notebook being written may fail: time the others
             failed.append(notebook.name)
-            rows.append([notebook.name, "", f"FAILED: {str(exc).splitlines()[-1][:80]}"])
+            said = [line for line in str(exc).splitlines() if line.strip()] or ["no message"]
+            rows.append([notebook.name, "", f"FAILED: {said[-1][:80]}"])
             continue
         verdict = "ok" if seconds[notebook.name] < NOTEBOOK_GOAL_S else "OVER"
         rows.append([notebook.name, f"{seconds[notebook.name]:.1f}", verdict])
