@@ -43,12 +43,10 @@ from ddp_lib import hardware, metrics
 RANK_PREFIX = re.compile(r"^\[rank(\d+)\]: ?")
 AGENT = "torchrun"
 STOP_GRACE_S = 10.0
-# By default torchrun lets its workers share its rendezvous store. Two failures come from that:
-# after a restart the store still holds the failed attempt's addresses, and a worker that reads
-# one before its peer has replaced it dials a dead process (pytorch/pytorch#135712); and on this
-# course's machines about 1 launch in 20 of a small Gloo DDP script aborted at exit ("terminate
-# called without an active exception"), after a clean shutdown, where with a store of the
-# workers' own none of 40 did. So every launch gives the workers their own store.
+# By default torchrun lets its workers share its rendezvous store. After a restart that store
+# still holds the failed attempt's addresses, and a worker that reads one before its peer has
+# replaced it dials a dead process (pytorch/pytorch#135712). So every launch gives the workers
+# their own store.
 OWN_STORE_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 _run_counter = 0
 
