@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import platform
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -169,6 +170,26 @@ def threads_per_process(local_world_size: int | None = None) -> int:
     if local_world_size is None:
         local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     return max(1, usable_cpu_cores() // max(1, local_world_size))
+
+
+def thread_names() -> list[str] | None:
+    """The names of this process's threads, sorted; ``None`` where the system does not list them.
+
+    Gloo runs the collectives on worker threads of its own (``pt_gloo_runloop``), and
+    ``destroy_process_group`` must stop them: one still alive when Python shuts down can abort the
+    process after its work is done. Lesson 05 reports this list after ``destroy_process_group``
+    and checks it. Linux lists threads under ``/proc``; other systems return ``None``.
+    """
+    tasks = Path("/proc/self/task")
+    if not tasks.is_dir():
+        return None
+    names = []
+    for task in tasks.iterdir():
+        try:
+            names.append((task / "comm").read_text().strip())
+        except OSError:  # the thread ended while we looked
+            pass
+    return sorted(names)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from ddp_lib import hardware
@@ -76,3 +81,25 @@ def test_course_sizes_small_on_cpu_full_on_gpu(monkeypatch):
     assert small.train_samples < full.train_samples
     monkeypatch.setenv("DDP_WORKSHOP_FULL_SIZE", "1")
     assert hardware.course_sizes(machine(gpus=0)).full_size
+
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="threads are listed from /proc")
+def test_thread_names_lists_every_thread_of_the_process():
+    # A fresh process, so that no other test's threads come and go while it counts.
+    program = (
+        "import threading\n"
+        "from ddp_lib.hardware import thread_names\n"
+        "before = thread_names()\n"
+        "stop = threading.Event()\n"
+        "worker = threading.Thread(target=stop.wait)\n"
+        "worker.start()\n"
+        "print(len(before), thread_names())\n"
+        "stop.set()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[1]).stdout
+    count, names = out.split(" ", 1)
+    names = ast.literal_eval(names)
+    assert len(names) == int(count) + 1
+    assert names == sorted(names)
