@@ -1,21 +1,39 @@
-"""A small DDP script, shut down the way the lessons teach, exits cleanly every time.
+"""A DDP script, ended the way the lessons end it, stops all of Gloo's threads and exits cleanly.
 
-Gloo processes that tear down the process group while a model still holds DDP's reducer (or
-while a peer is still inside a collective) sometimes abort at exit with "terminate called
-without an active exception", after printing their results. The lessons end every script with
-a barrier, drop the model and optimizer, then destroy the process group; this test launches such
-a script many times in a row and accepts no failure.
+Why this needs a test: ``DistributedDataParallel`` imports ``torch.distributed.nn`` on first use,
+and that module's functions keep ``group.WORLD`` *of the moment of import* as a default argument.
+Imported after ``init_process_group``, it keeps the default process group alive for good, so
+``destroy_process_group`` cannot free it and Gloo's worker threads outlive it. When Python then
+shuts down, such a thread may still be dropping a finished all-reduce whose saved state holds a
+Python object; it needs the GIL, which a finalizing interpreter no longer hands out, and the
+process dies with "terminate called without an active exception" (SIGABRT), after printing its
+results. That happened in about 1 launch in 20.
+
+The lessons' scripts import ``torch.distributed.nn`` before ``init_process_group``. The check is
+deterministic: after ``destroy_process_group`` no Gloo worker thread (``pt_gloo_runloop``, the
+threads that run the collectives) may be left (Linux lists them).
 """
 
 from __future__ import annotations
 
+import ast
+import sys
+
+import pytest
+
 from ddp_lib import launch
 
 DDP_SCRIPT = """
+    import sys
+
     import torch
     import torch.distributed as dist
+    if "--late-import" not in sys.argv:
+        import torch.distributed.nn  # noqa: F401  before init_process_group, as the lessons do
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from ddp_lib.hardware import thread_names
 
     dist.init_process_group("gloo")
     torch.manual_seed(0)
@@ -29,11 +47,47 @@ DDP_SCRIPT = """
     print("done", flush=True)
 
     dist.barrier()           # nobody leaves while a peer is still inside a collective
-    del model, optimizer     # release DDP's reducer before the process group goes away
+    del model, optimizer     # DDP's reducer holds the process group too
     dist.destroy_process_group()
+    print("threads after destroy:", thread_names(), flush=True)
 """
 
-RUNS = 20
+RUNS = 8
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="threads are listed from /proc")
+
+
+def gloo_workers_left(result) -> dict[int, list[str]]:
+    """rank -> the Gloo worker threads that rank still had after destroy_process_group."""
+    left = {}
+    for rank in range(2):
+        for line in result.output(rank).splitlines():
+            if line.startswith("threads after destroy:"):
+                names = ast.literal_eval(line.split(":", 1)[1].strip())
+                left[rank] = [n for n in names if n == "pt_gloo_runloop"]
+    return left
+
+
+@linux_only
+def test_destroy_process_group_stops_every_gloo_worker(make_script):
+    script = make_script("ddp_small.py", DDP_SCRIPT)
+    result = launch(script, nproc_per_node=2, timeout=180, stream=False)
+    assert gloo_workers_left(result) == {0: [], 1: []}, result.output()
+
+
+@linux_only
+def test_importing_torch_distributed_nn_late_keeps_gloo_alive(make_script):
+    """Why the early import is in the scripts: without it the group outlives its destruction.
+
+    If a new PyTorch frees the group anyway, this fails; the import can then go.
+    """
+    script = make_script("ddp_small.py", DDP_SCRIPT)
+    result = launch(script, nproc_per_node=2, args=["--late-import"], timeout=180,
+                    stream=False, check=False)
+    left = gloo_workers_left(result)
+    assert sorted(left) == [0, 1], result.output()
+    assert all(left.values()), f"no Gloo worker survived destroy_process_group: {left}"
 
 
 def test_ddp_script_exits_cleanly_every_time(make_script):

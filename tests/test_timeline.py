@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401  before init_process_group: see the README
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.profiler import ProfilerActivity, profile, record_function, schedule

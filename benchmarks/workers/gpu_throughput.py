@@ -12,6 +12,7 @@ from contextlib import nullcontext
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401  before init_process_group: see the README
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 

@@ -26,6 +26,7 @@ import time
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401  before init_process_group: see the README
 import torch.nn.functional as F
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
