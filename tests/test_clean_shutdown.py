@@ -52,7 +52,7 @@ DDP_SCRIPT = """
     print("threads after destroy:", thread_names(), flush=True)
 """
 
-RUNS = 8
+RUNS = 20
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="threads are listed from /proc")
