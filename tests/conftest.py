@@ -44,12 +44,14 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.chdir(tmp_path)
     yield tmp_path
     left = wait_until_gone(str(tmp_path), within=2)
+    described = []
     for p in left:
         try:
+            described.append(" ".join(p.cmdline()))
             p.kill()
-        except psutil.Error:
+        except psutil.Error:  # it ended meanwhile
             pass
-    assert not left, f"processes left behind: {[' '.join(p.cmdline()) for p in left]}"
+    assert not described, f"processes left behind: {described}"
 
 
 @pytest.fixture

@@ -210,7 +210,8 @@ def test_max_restarts_recovers_from_a_killed_worker(make_script, capsys):
 
 def _launch_in_child(workdir: Path, script: Path) -> subprocess.Popen:
     """A separate Python process (like a notebook kernel) that launches ``script``."""
-    code = (f"import ddp_lib; ddp_lib.launch({str(script)!r}, args=[{str(workdir / 'started')!r}],"
+    code = ("import faulthandler, signal; faulthandler.register(signal.SIGUSR1, all_threads=True)\n"
+            f"import ddp_lib; ddp_lib.launch({str(script)!r}, args=[{str(workdir / 'started')!r}],"
             " nproc_per_node=2, timeout=300)")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen([sys.executable, "-c", code], cwd=workdir, env=env,
@@ -234,7 +235,17 @@ def test_interrupt_stops_the_whole_launch(make_script, workdir):
     kernel = _launch_in_child(workdir, script)
     _wait_for_workers(workdir, kernel)
     kernel.send_signal(signal.SIGINT)  # what Jupyter's stop button sends
-    _, err = kernel.communicate(timeout=30)
+    # The stop takes seconds; launch's own waits add up to about 25 s at worst (torchrun ignoring
+    # SIGTERM), so a minute means it hangs: then show where the "kernel" is stuck.
+    try:
+        _, err = kernel.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        still = [" ".join(p.cmdline()[:3]) for p in processes_mentioning(str(workdir))]
+        kernel.send_signal(signal.SIGUSR1)  # faulthandler: every thread's Python stack
+        time.sleep(1)
+        kernel.kill()
+        _, err = kernel.communicate()
+        pytest.fail(f"the launch did not stop within 60 s of SIGINT; running: {still}\n{err}")
     assert "KeyboardInterrupt" in err
     assert "interrupted: torchrun and all its workers were stopped" in err
     assert wait_until_gone(str(workdir), within=5) == []
