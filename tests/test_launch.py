@@ -209,8 +209,13 @@ def test_max_restarts_recovers_from_a_killed_worker(make_script, capsys):
 
 
 def _launch_in_child(workdir: Path, script: Path) -> subprocess.Popen:
-    """A separate Python process (like a notebook kernel) that launches ``script``."""
+    """A separate Python process (like a notebook kernel) that launches ``script``.
+
+    Like a Jupyter kernel, it turns SIGINT into KeyboardInterrupt even if the test run was
+    started with SIGINT ignored (a shell's background job is), which Python would inherit.
+    """
     code = ("import faulthandler, signal; faulthandler.register(signal.SIGUSR1, all_threads=True)\n"
+            "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
             f"import ddp_lib; ddp_lib.launch({str(script)!r}, args=[{str(workdir / 'started')!r}],"
             " nproc_per_node=2, timeout=300)")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
