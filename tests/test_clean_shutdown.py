@@ -7,7 +7,7 @@ Imported after ``init_process_group``, it keeps the default process group alive 
 shuts down, such a thread may still be dropping a finished all-reduce whose saved state holds a
 Python object; it needs the GIL, which a finalizing interpreter no longer hands out, and the
 process dies with "terminate called without an active exception" (SIGABRT), after printing its
-results. That happened in about 1 launch in 20.
+results. That happened in 6 of 142 launches measured (about 1 in 25).
 
 The lessons' scripts import ``torch.distributed.nn`` before ``init_process_group``. The check is
 deterministic: after ``destroy_process_group`` no Gloo worker thread (``pt_gloo_runloop``, the
@@ -70,13 +70,6 @@ def gloo_workers_left(result) -> dict[int, list[str]]:
 
 
 @linux_only
-def test_destroy_process_group_stops_every_gloo_worker(make_script):
-    script = make_script("ddp_small.py", DDP_SCRIPT)
-    result = launch(script, nproc_per_node=2, timeout=180, stream=False)
-    assert gloo_workers_left(result) == {0: [], 1: []}, result.output()
-
-
-@linux_only
 def test_importing_torch_distributed_nn_late_keeps_gloo_alive(make_script):
     """Why the early import is in the scripts: without it the group outlives its destruction.
 
@@ -91,10 +84,13 @@ def test_importing_torch_distributed_nn_late_keeps_gloo_alive(make_script):
 
 
 def test_ddp_script_exits_cleanly_every_time(make_script):
+    """20 launches in a row: no abort, and (Linux) no Gloo worker left after destroy."""
     script = make_script("ddp_small.py", DDP_SCRIPT)
     results = [launch(script, nproc_per_node=2, timeout=180, stream=False, check=False)
                for _ in range(RUNS)]
+    linux = sys.platform.startswith("linux")
     failures = [f"run {i}: exit {r.returncode}\n{r.output()[-2000:]}"
                 for i, r in enumerate(results)
-                if not r.ok or "terminate called" in r.output() or "done" not in r.output(1)]
+                if not r.ok or "terminate called" in r.output() or "done" not in r.output(1)
+                or (linux and gloo_workers_left(r) != {0: [], 1: []})]
     assert not failures, f"{len(failures)} of {RUNS} launches failed:\n" + "\n".join(failures)

@@ -83,7 +83,6 @@ def test_course_sizes_small_on_cpu_full_on_gpu(monkeypatch):
     assert hardware.course_sizes(machine(gpus=0)).full_size
 
 
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="threads are listed from /proc")
 def test_thread_names_lists_every_thread_of_the_process():
     # A fresh process, so that no other test's threads come and go while it counts.
