@@ -1,4 +1,8 @@
-"""Shared fixtures: real scripts in a temporary folder, and a check that no process is left."""
+"""Shared fixtures: real scripts in a temporary folder, and a check that no process is left.
+
+``make test`` runs the suite on two pytest-xdist workers (``--dist loadgroup``); the hook below
+keeps each notebook's cells together and starts the longest work first.
+"""
 
 from __future__ import annotations
 
@@ -36,6 +40,27 @@ def wait_until_gone(text: str, within: float) -> list[psutil.Process]:
         time.sleep(0.2)
         left = processes_mentioning(text)
     return left
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group each notebook's cells on one worker, and order the work longest first.
+
+    nbval runs a notebook's cells one after the other in one kernel, so they must stay on one
+    worker (an ``xdist_group`` per notebook). Workers take work in this order, so tests marked
+    ``slow`` (a minute or more each) go first, then the notebooks, then the many short tests,
+    which fill the end evenly: both workers finish at about the same time. Without xdist the
+    order changes nothing else.
+    """
+    def rank(item: pytest.Item) -> int:
+        if item.get_closest_marker("slow"):
+            return 0
+        return 1 if item.path.suffix == ".ipynb" else 2
+
+    for item in items:
+        if item.path.suffix == ".ipynb":
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
+    items.sort(key=rank)  # stable: the collected order within each rank
 
 
 @pytest.fixture

@@ -35,6 +35,7 @@ playwright_api = pytest.importorskip("playwright.sync_api")
 if not CHROMIUM.exists():
     pytest.skip(f"{CHROMIUM} is not installed (make test installs Debian's chromium package "
                 "where it can: as root, with apt-get)", allow_module_level=True)
+pytestmark = pytest.mark.slow  # a notebook each: started first when the tests run in parallel
 
 
 def free_port() -> int:
@@ -250,9 +251,10 @@ time.sleep(300)
 
 def test_stop_button_stops_a_running_launch(browser, lab):
     name = "interrupt_check.ipynb"
+    script = f"sleeper_{os.getpid()}.py"  # a name no other test's processes carry
     cells = [
-        f"import ddp_lib\nddp_lib.write_script('sleeper.py', {SLEEPER!r})",
-        "ddp_lib.launch('scripts/sleeper.py', nproc_per_node=2, backend='gloo', timeout=300)",
+        f"import ddp_lib\nddp_lib.write_script({script!r}, {SLEEPER!r})",
+        f"ddp_lib.launch('scripts/{script}', nproc_per_node=2, backend='gloo', timeout=300)",
     ]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
@@ -265,7 +267,7 @@ def test_stop_button_stops_a_running_launch(browser, lab):
         while "[rank1] worker started" not in page.locator(".jp-Notebook").inner_text():
             assert time.monotonic() < deadline, "the launch never started"
             time.sleep(0.5)
-        assert processes_mentioning("sleeper.py")
+        assert processes_mentioning(script)
         page.locator("jp-button[data-command='notebook:interrupt-kernel'], "
                      "button[data-command='notebook:interrupt-kernel']").first.click()
         wait_for_kernel_idle(page, timeout_s=60)
@@ -273,7 +275,7 @@ def test_stop_button_stops_a_running_launch(browser, lab):
         text = page.locator(".jp-Notebook").inner_text()
         assert "interrupted: torchrun and all its workers were stopped" in text
         assert "KeyboardInterrupt" in text
-        assert wait_until_gone("sleeper.py", within=10) == []
+        assert wait_until_gone(script, within=10) == []
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SCREENSHOTS / "interrupted_launch.png"), full_page=True)
     finally:
