@@ -87,7 +87,7 @@ test: export DDP_WORKSHOP_FULL_SIZE ?= 0
 test: lint browser
 	"$(BIN)/python" -m pytest tests $(NOTEBOOKS) --nbval-lax --nbval-current-env \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600 --durations=15 \
-		-n $(TEST_WORKERS) --dist loadgroup
+		-n $(TEST_WORKERS)
 
 # Programs, not tests: they print tables (and write build/bench/results.md). BENCH_ARGS passes
 # options, e.g. make bench BENCH_ARGS="--quick" or BENCH_ARGS="--only notebooks".

@@ -1,7 +1,7 @@
 """Shared fixtures: real scripts in a temporary folder, and a check that no process is left.
 
-``make test`` runs the suite on two pytest-xdist workers (``--dist loadgroup``); the hook below
-keeps each notebook's cells together and starts the longest work first.
+``make test`` runs the suite on two pytest-xdist workers; the hooks below keep each notebook's
+cells together on one worker and start the longest work first.
 """
 
 from __future__ import annotations
@@ -42,25 +42,38 @@ def wait_until_gone(text: str, within: float) -> list[psutil.Process]:
     return left
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group each notebook's cells on one worker, and order the work longest first.
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Order the work longest first: tests marked ``slow``, then the notebooks, then the rest.
 
-    nbval runs a notebook's cells one after the other in one kernel, so they must stay on one
-    worker (an ``xdist_group`` per notebook). Workers take work in this order, so tests marked
-    ``slow`` (a minute or more each) go first, then the notebooks, then the many short tests,
-    which fill the end evenly: both workers finish at about the same time. Without xdist the
-    order changes nothing else.
+    Parallel workers take work in this order, so the many short tests come last and fill the
+    end evenly: both workers finish at about the same time. Run in one process, the order
+    changes nothing else.
     """
     def rank(item: pytest.Item) -> int:
         if item.get_closest_marker("slow"):
             return 0
         return 1 if item.path.suffix == ".ipynb" else 2
 
-    for item in items:
-        if item.path.suffix == ".ipynb":
-            item.add_marker(pytest.mark.xdist_group(item.path.name))
     items.sort(key=rank)  # stable: the collected order within each rank
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """Under ``pytest -n N``: a notebook's cells are one unit of work, every test is one.
+
+    nbval runs a notebook's cells one after the other in one kernel, started for the first
+    cell, so they must all go to one worker, in order. (xdist's ``--dist loadgroup`` would do
+    it with markers, but its group names do not reach the node ids of pytest 9.)
+    """
+    if config.getvalue("dist") != "load":
+        return None  # an explicit --dist keeps xdist's own scheduling
+    from xdist.scheduler import LoadScopeScheduling
+
+    class NotebookScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return path if path.endswith(".ipynb") else nodeid
+
+    return NotebookScheduling(config, log)
 
 
 @pytest.fixture
