@@ -76,18 +76,11 @@ browser:
 	fi
 
 # Tests use the generated data set at the small size: deterministic on any machine, no network.
-# They run on TEST_WORKERS pytest-xdist workers: a launch spends much of its time waiting (an
-# agent starting, ranks finding each other, processes exiting), so two workers keep two cores
-# busy and halve the time. Each notebook's cells stay on one worker (tests/conftest.py). More
-# workers than cores would make the lessons' timing checks (threads per process, data loaders)
-# measure the other workers; TEST_WORKERS=0 runs everything in this process, one at a time.
-TEST_WORKERS ?= 2
 test: export DDP_WORKSHOP_DATASET ?= synthetic
 test: export DDP_WORKSHOP_FULL_SIZE ?= 0
 test: lint browser
 	"$(BIN)/python" -m pytest tests $(NOTEBOOKS) --nbval-lax --nbval-current-env \
-		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600 --durations=15 \
-		-n $(TEST_WORKERS)
+		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600 --durations=15
 
 # Programs, not tests: they print tables (and write build/bench/results.md). BENCH_ARGS passes
 # options, e.g. make bench BENCH_ARGS="--quick" or BENCH_ARGS="--only notebooks".

@@ -1,8 +1,4 @@
-"""Shared fixtures: real scripts in a temporary folder, and a check that no process is left.
-
-``make test`` runs the suite on two pytest-xdist workers; the hooks below keep each notebook's
-cells together on one worker and start the longest work first.
-"""
+"""Shared fixtures: real scripts in a temporary folder, and a check that no process is left."""
 
 from __future__ import annotations
 
@@ -40,40 +36,6 @@ def wait_until_gone(text: str, within: float) -> list[psutil.Process]:
         time.sleep(0.2)
         left = processes_mentioning(text)
     return left
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Order the work longest first: tests marked ``slow``, then the notebooks, then the rest.
-
-    Parallel workers take work in this order, so the many short tests come last and fill the
-    end evenly: both workers finish at about the same time. Run in one process, the order
-    changes nothing else.
-    """
-    def rank(item: pytest.Item) -> int:
-        if item.get_closest_marker("slow"):
-            return 0
-        return 1 if item.path.suffix == ".ipynb" else 2
-
-    items.sort(key=rank)  # stable: the collected order within each rank
-
-
-def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """Under ``pytest -n N``: a notebook's cells are one unit of work, every test is one.
-
-    nbval runs a notebook's cells one after the other in one kernel, started for the first
-    cell, so they must all go to one worker, in order. (xdist's ``--dist loadgroup`` would do
-    it with markers, but its group names do not reach the node ids of pytest 9.)
-    """
-    if config.getvalue("dist") != "load":
-        return None  # an explicit --dist keeps xdist's own scheduling
-    from xdist.scheduler import LoadScopeScheduling
-
-    class NotebookScheduling(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            return path if path.endswith(".ipynb") else nodeid
-
-    return NotebookScheduling(config, log)
 
 
 @pytest.fixture

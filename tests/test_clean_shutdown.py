@@ -83,7 +83,6 @@ def test_importing_torch_distributed_nn_late_keeps_gloo_alive(make_script):
     assert all(left.values()), f"no Gloo worker survived destroy_process_group: {left}"
 
 
-@pytest.mark.slow
 def test_ddp_script_exits_cleanly_every_time(make_script):
     """20 launches in a row: no abort, and (Linux) no Gloo worker left after destroy."""
     script = make_script("ddp_small.py", DDP_SCRIPT)

@@ -206,7 +206,6 @@ def _wait_for(ready, within: float, what: str, folder: Path) -> None:
         time.sleep(0.5)
 
 
-@pytest.mark.slow
 def test_generated_script_runs_on_two_slurm_nodes(slurm: dict[str, str], tmp_path: Path):
     (tmp_path / "job.py").write_text(JOB)
     rendezvous_port, = free_ports(1)  # both nodes share this machine's network

@@ -35,7 +35,6 @@ playwright_api = pytest.importorskip("playwright.sync_api")
 if not CHROMIUM.exists():
     pytest.skip(f"{CHROMIUM} is not installed (make test installs Debian's chromium package "
                 "where it can: as root, with apt-get)", allow_module_level=True)
-pytestmark = pytest.mark.slow  # a notebook each: started first when the tests run in parallel
 
 
 def free_port() -> int:
