@@ -28,6 +28,11 @@ def processes_mentioning(text: str) -> list[psutil.Process]:
     return found
 
 
+def command_line(process: psutil.Process) -> str:
+    """The command line ``processes_mentioning`` saw: asking again fails once the process ends."""
+    return " ".join(process.info["cmdline"] or ())
+
+
 def wait_until_gone(text: str, within: float) -> list[psutil.Process]:
     """Wait up to ``within`` seconds for processes mentioning ``text`` to end; return the rest."""
     deadline = time.monotonic() + within
@@ -44,10 +49,9 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.chdir(tmp_path)
     yield tmp_path
     left = wait_until_gone(str(tmp_path), within=2)
-    described = []
+    described = [command_line(p) for p in left]
     for p in left:
         try:
-            described.append(" ".join(p.cmdline()))
             p.kill()
         except psutil.Error:  # it ended meanwhile
             pass

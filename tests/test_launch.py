@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import processes_mentioning, wait_until_gone
+from conftest import command_line, processes_mentioning, wait_until_gone
 
 from ddp_lib import LaunchTimeout, RankFailed, launch, launch_nodes
 
@@ -227,7 +227,7 @@ def _wait_for_workers(workdir: Path, kernel: subprocess.Popen, count: int = 2) -
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         workers = [p for p in processes_mentioning(str(workdir / "sleeper.py"))
-                   if "torch.distributed.run" not in " ".join(p.cmdline())]
+                   if "torch.distributed.run" not in command_line(p)]
         if len(workers) >= count and (workdir / "started").exists():
             return
         assert kernel.poll() is None, kernel.communicate()
@@ -245,7 +245,7 @@ def test_interrupt_stops_the_whole_launch(make_script, workdir):
     try:
         _, err = kernel.communicate(timeout=30)
     except subprocess.TimeoutExpired:
-        still = [" ".join(p.cmdline()[:3]) for p in processes_mentioning(str(workdir))]
+        still = [command_line(p) for p in processes_mentioning(str(workdir))]
         kernel.send_signal(signal.SIGUSR1)  # faulthandler: every thread's Python stack
         time.sleep(1)
         kernel.kill()

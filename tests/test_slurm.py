@@ -11,6 +11,7 @@ test is skipped and says why.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -21,8 +22,9 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
-from conftest import processes_mentioning, wait_until_gone
+from conftest import command_line, processes_mentioning, wait_until_gone
 
 from ddp_lib import cluster
 
@@ -191,9 +193,11 @@ def slurm(tmp_path_factory: pytest.TempPathFactory):
     finally:
         daemons.stop()
         left = wait_until_gone(str(folder), within=5)
-        for proc in left:  # slurmstepd of an unfinished job
-            proc.kill()
-        assert not left, [proc.cmdline() for proc in left]
+        described = [command_line(proc) for proc in left]  # slurmstepd of an unfinished job
+        for proc in left:
+            with contextlib.suppress(psutil.Error):  # it ended meanwhile
+                proc.kill()
+        assert not described, described
 
 
 def _wait_for(ready, within: float, what: str, folder: Path) -> None:
