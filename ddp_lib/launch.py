@@ -8,7 +8,8 @@ on a cluster; this module only does the plumbing around it:
   (from two notebooks) cannot collide;
 * it streams every rank's output into the cell as it is printed, each line prefixed with its rank
   (torchrun's own ``--tee`` with a rank prefix, so the same command shows the same thing in a
-  terminal);
+  terminal). Which torchrun options it uses is read from the installed torchrun itself, not from
+  its version: the course runs on the torch a cluster ships, often a year or more old;
 * it returns a :class:`LaunchResult` (exit status, wall time, per-rank output, reported metrics);
 * :func:`launch_nodes` runs one job as several torchrun agents on this machine, each a
   simulated node with its own cores (and GPUs), to show a multi-node launch from a notebook;
@@ -22,6 +23,7 @@ on a cluster; this module only does the plumbing around it:
 
 from __future__ import annotations
 
+import functools
 import os
 import queue
 import re
@@ -40,7 +42,12 @@ import psutil
 
 from ddp_lib import hardware, metrics
 
+RANK_LABEL = "[rank${rank}]: "  # torchrun fills in the global rank
 RANK_PREFIX = re.compile(r"^\[rank(\d+)\]: ?")
+# The label is a command-line option only in recent torchrun; every torchrun of the supported
+# range reads it from this variable, which the option merely overrides.
+RANK_LABEL_OPTION = "--log-line-prefix-template"
+RANK_LABEL_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
 AGENT = "torchrun"
 STOP_GRACE_S = 10.0
 # By default torchrun lets its workers share its rendezvous store. After a restart that store
@@ -85,6 +92,11 @@ class Line:
     text: str
     node: int = 0
 
+    @property
+    def rank(self) -> int | None:
+        """The global rank that printed the line; ``None`` for torchrun's own lines."""
+        return int(self.source[4:]) if self.source.startswith("rank") else None
+
 
 @dataclass
 class LaunchResult:
@@ -124,7 +136,7 @@ class LaunchResult:
 
     def ranks(self) -> list[int]:
         """The ranks that printed or reported anything."""
-        found = {int(line.source[4:]) for line in self.lines if line.source.startswith("rank")}
+        found = {line.rank for line in self.lines if line.rank is not None}
         found.update(m["rank"] for m in self.metrics)
         return sorted(found)
 
@@ -251,9 +263,35 @@ def launch_nodes(
     return _finish(result, metrics_file, timeout, check)
 
 
+def torchrun_accepts(option: str) -> bool:
+    """Whether the installed torchrun has ``option`` (e.g. ``"--log-line-prefix-template"``).
+
+    Asked of torchrun's own argument parser, so the answer holds for whichever torch is installed
+    (an option that a release added, renamed or removed), where a version check would guess.
+    """
+    return option.lstrip("-").replace("-", "_") in _torchrun_settings()
+
+
+@functools.cache
+def _torchrun_settings() -> frozenset[str]:
+    """The names of every setting torchrun's parser fills in (one per option, plus the script)."""
+    from torch.distributed.run import get_args_parser
+
+    known, _ = get_args_parser().parse_known_args(["script.py"])
+    return frozenset(vars(known))
+
+
+def _rank_labelling() -> tuple[list[str], dict[str, str]]:
+    """The torchrun options and environment that put ``[rankN]: `` before each worker line."""
+    if torchrun_accepts(RANK_LABEL_OPTION):
+        return [f"{RANK_LABEL_OPTION}={RANK_LABEL}"], {}
+    return [], {RANK_LABEL_ENV: RANK_LABEL}
+
+
 def _torchrun_command(script: Path, args: Sequence, nproc_per_node: int, nnodes: int,
                       node_rank: int, rdzv_endpoint: str, local_addr: str | None,
                       max_restarts: int, log_dir: Path) -> list[str]:
+    label_options, _ = _rank_labelling()
     return [
         sys.executable, "-m", "torch.distributed.run",
         f"--nnodes={nnodes}",
@@ -266,7 +304,7 @@ def _torchrun_command(script: Path, args: Sequence, nproc_per_node: int, nnodes:
         "--monitor-interval=0.1",
         f"--log-dir={log_dir}",
         "--tee=3",
-        "--log-line-prefix-template=[rank${rank}]: ",
+        *label_options,
         str(script),
         *(str(a) for a in args),
     ]
@@ -293,6 +331,9 @@ def _finish(result: LaunchResult, metrics_file: Path, timeout: float,
     if result.timed_out:
         raise LaunchTimeout(_timeout_message(result, timeout), result)
     if result.returncode != 0 and check:
+        refusal = _refusal(result)
+        if refusal:
+            raise LaunchError(_refusal_message(result, refusal), result)
         rank, exitcode = _root_cause(result)
         raise RankFailed(_failure_message(result, rank, exitcode), result, rank, exitcode)
     return result
@@ -353,6 +394,7 @@ def _child_env(extra: Mapping[str, str] | None, backend: str | None,
     if backend:
         env["DDP_BACKEND"] = backend
     env.update(OWN_STORE_ENV)  # see OWN_STORE_ENV; shown in the printed command
+    env.update(_rank_labelling()[1])  # an older torchrun's way to the rank labels; shown too
     env.update(extra or {})
     return env
 
@@ -376,8 +418,8 @@ def _supervise(result: LaunchResult, agents: list[_Agent], timeout: float, strea
     if stream:
         for node, agent in enumerate(agents):
             where = f"# node {node}: " if multi else ""
-            settings = "".join(f"{k}={v} " for k, v in OWN_STORE_ENV.items()
-                               if agent.env.get(k) == v)
+            settings = "".join(f"{k}={shlex.quote(agent.env[k])} "
+                               for k in (*OWN_STORE_ENV, RANK_LABEL_ENV) if k in agent.env)
             print(f"{where}$ {settings}torchrun {shlex.join(agent.command[3:])}", flush=True)
     lines: queue.Queue = queue.Queue()
     procs: list[subprocess.Popen] = []
@@ -574,6 +616,26 @@ def _root_cause(result: LaunchResult) -> tuple[int | None, int | None]:
     if not match:
         return None, result.returncode
     return int(match.group(1)), int(match.group(2))
+
+
+_PARSER_ERROR = re.compile(r"^\S+: error: (.+)$", re.MULTILINE)
+
+
+def _refusal(result: LaunchResult) -> str | None:
+    """torchrun's own complaint about its command line, if that is why no worker ran."""
+    if result.ranks():
+        return None
+    match = _PARSER_ERROR.search(result.output(AGENT, stream="stderr"))
+    return match.group(1) if match else None
+
+
+def _refusal_message(result: LaunchResult, refusal: str) -> str:
+    import torch
+
+    return (f"torchrun refused its command line, so no worker ran: {refusal}\n"
+            f"The command: torchrun {shlex.join(result.command[3:])}\n"
+            f"The installed torchrun is torch {torch.__version__}'s; `torchrun --help` lists "
+            "what it accepts.")
 
 
 def _traceback(text: str) -> str:
