@@ -19,13 +19,14 @@ export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 
-.PHONY: help setup lab run test lint browser bench clean
+.PHONY: help setup lab run test test-browser lint browser bench clean
 
 help:
 	@echo "make setup   create the Python environment ($(VENV))"
 	@echo "make lab     open the course in JupyterLab"
 	@echo "make run     execute every notebook headless into build/ (notebooks and HTML pages)"
-	@echo "make test    lint, unit tests, every notebook through nbval and in JupyterLab (CI)"
+	@echo "make test    lint, unit tests, every notebook through nbval, a representative set in JupyterLab"
+	@echo "make test-browser  the long sweep: every other notebook in JupyterLab, repeated launches"
 	@echo "make bench   benchmarks: launch overhead, all-reduce bandwidth, training (docs/benchmarks.md)"
 	@echo "make clean   remove build/, written scripts and run logs (keeps data/ and the environment)"
 
@@ -76,11 +77,17 @@ browser:
 	fi
 
 # Tests use the generated data set at the small size: deterministic on any machine, no network.
-test: export DDP_WORKSHOP_DATASET ?= synthetic
-test: export DDP_WORKSHOP_FULL_SIZE ?= 0
+# The browser drives a representative set here (tests/e2e says which); test-browser is the long
+# sweep that CI runs after make test: every other notebook in JupyterLab, and 20 DDP launches in
+# a row (tests marked `sweep`).
+test test-browser: export DDP_WORKSHOP_DATASET ?= synthetic
+test test-browser: export DDP_WORKSHOP_FULL_SIZE ?= 0
 test: lint browser
-	"$(BIN)/python" -m pytest tests $(NOTEBOOKS) --nbval-lax --nbval-current-env \
+	"$(BIN)/python" -m pytest tests $(NOTEBOOKS) -m "not sweep" --nbval-lax --nbval-current-env \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600 --durations=15
+
+test-browser: browser $(READY)
+	"$(BIN)/python" -m pytest tests -m sweep --durations=15
 
 # Programs, not tests: they print tables (and write build/bench/results.md). BENCH_ARGS passes
 # options, e.g. make bench BENCH_ARGS="--quick" or BENCH_ARGS="--only notebooks".
