@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import signal
@@ -14,10 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import command_line, processes_mentioning, wait_until_gone
 
-from ddp_lib import LaunchError, LaunchTimeout, RankFailed, launch, launch_nodes
-
-# The module, not the function of the same name that ddp_lib exports.
-launch_module = importlib.import_module("ddp_lib.launch")
+from ddp_lib import LaunchError, LaunchTimeout, RankFailed, launch, launch_nodes, torchrun
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -289,8 +285,8 @@ def test_two_launches_at_once_do_not_collide(make_script, workdir):
     [
         ({"nproc_per_node": 0}, "nproc_per_node must be an integer >= 1"),
         ({"nproc_per_node": "2"}, "nproc_per_node must be an integer >= 1"),
-        ({"nnodes": 2, "node_rank": 2, "rdzv_endpoint": "h:1"}, "node_rank must be in [0, nnodes)"),
-        ({"node_rank": -1}, "node_rank must be an integer >= 0"),
+        ({"nnodes": 0}, "nnodes must be an integer >= 1"),
+        ({"max_restarts": -1}, "max_restarts must be an integer >= 0"),
         ({"nnodes": 2}, "every node must be given the same rdzv_endpoint"),
         ({"rdzv_endpoint": "no-port"}, "rdzv_endpoint must look like 'host:port'"),
         ({"timeout": 0}, "timeout must be a positive number"),
@@ -323,28 +319,27 @@ def test_missing_script_is_refused(workdir):
 def test_torchrun_accepts_is_read_from_the_installed_parser():
     from torch.distributed.run import get_args_parser
 
-    assert launch_module.torchrun_accepts("--nproc-per-node")
-    assert launch_module.torchrun_accepts("--max-restarts")  # an option with an int value
-    assert not launch_module.torchrun_accepts("--no-such-option")
+    assert torchrun.accepts("--nproc-per-node")
+    assert torchrun.accepts("--max-restarts")  # an option with an int value
+    assert not torchrun.accepts("--no-such-option")
+    assert torchrun.default("--max-restarts") == 0
     help_text = get_args_parser().format_help()
-    option = launch_module.RANK_LABEL_OPTION
-    assert launch_module.torchrun_accepts(option) == (option in help_text)
+    assert torchrun.accepts(torchrun.RANK_LABEL_OPTION) == (torchrun.RANK_LABEL_OPTION in help_text)
 
 
 def _as_older_torchrun(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make ddp_lib see a torchrun without the rank-label option, as torch 2.11's and older."""
-    accepts = launch_module.torchrun_accepts
-    monkeypatch.setattr(launch_module, "torchrun_accepts",
-                        lambda option: option != launch_module.RANK_LABEL_OPTION
-                        and accepts(option))
+    accepts = torchrun.accepts
+    monkeypatch.setattr(torchrun, "accepts",
+                        lambda option: option != torchrun.RANK_LABEL_OPTION and accepts(option))
 
 
-@pytest.mark.parametrize("torchrun", ["with the option", "without the option"])
+@pytest.mark.parametrize("kind", ["with the option", "without the option"])
 def test_ranks_are_labelled_with_or_without_the_prefix_option(make_script, capsys, monkeypatch,
-                                                               torchrun):
-    if torchrun == "with the option":
-        if not launch_module.torchrun_accepts(launch_module.RANK_LABEL_OPTION):
-            pytest.skip(f"this torchrun has no {launch_module.RANK_LABEL_OPTION}")
+                                                               kind):
+    if kind == "with the option":
+        if not torchrun.accepts(torchrun.RANK_LABEL_OPTION):
+            pytest.skip(f"this torchrun has no {torchrun.RANK_LABEL_OPTION}")
     else:
         _as_older_torchrun(monkeypatch)
     script = make_script("allreduce.py", ALL_REDUCE)
@@ -353,9 +348,9 @@ def test_ranks_are_labelled_with_or_without_the_prefix_option(make_script, capsy
     assert "rank 1 of 2 got 3" in result.output(1)
     assert {line.rank for line in result.lines if "got 3" in line.text} == {0, 1}
     shown = capsys.readouterr().out.splitlines()[0]
-    uses_option = any(a.startswith(launch_module.RANK_LABEL_OPTION) for a in result.command)
-    assert uses_option == (torchrun == "with the option")
-    assert (launch_module.RANK_LABEL_ENV in shown) == (not uses_option)
+    uses_option = any(a.startswith(torchrun.RANK_LABEL_OPTION) for a in result.command)
+    assert uses_option == (kind == "with the option")
+    assert (torchrun.RANK_LABEL_ENV in shown) == (not uses_option)
 
 
 def test_launch_nodes_labels_every_rank_with_its_node_without_the_prefix_option(
@@ -373,7 +368,9 @@ def test_launch_nodes_labels_every_rank_with_its_node_without_the_prefix_option(
 def test_torchrun_refusing_its_command_line_is_named(make_script, monkeypatch):
     # What torch 2.11's torchrun did with a newer option: no worker ever ran. The message must
     # blame torchrun's command line, not a rank.
-    monkeypatch.setattr(launch_module, "_rank_labelling", lambda: (["--no-such-option=1"], {}))
+    supervision = torchrun.supervision
+    monkeypatch.setattr(torchrun, "supervision", lambda log_dir: (
+        ["--no-such-option=1", *supervision(log_dir)[0]], supervision(log_dir)[1]))
     script = make_script("allreduce.py", ALL_REDUCE)
     with pytest.raises(LaunchError) as caught:
         launch(script, nproc_per_node=2, stream=False, timeout=120)
