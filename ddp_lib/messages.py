@@ -10,12 +10,9 @@ from __future__ import annotations
 import re
 import shlex
 import signal
-from typing import TYPE_CHECKING
 
+from ddp_lib.launch_result import LaunchResult
 from ddp_lib.supervise import AGENT
-
-if TYPE_CHECKING:
-    from ddp_lib.launch import LaunchResult
 
 _ROOT_CAUSE = re.compile(
     r"Root Cause.*?rank\s*:\s*(-?\d+).*?exitcode\s*:\s*(-?\d+)", re.DOTALL)
