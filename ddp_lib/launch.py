@@ -28,7 +28,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ddp_lib import hardware, messages, metrics, supervise, torchrun
+from ddp_lib import hardware, messages, metrics, stacks, supervise, torchrun
 from ddp_lib.launch_result import LaunchError, LaunchResult, LaunchTimeout, RankFailed
 from ddp_lib.supervise import Agent, Line
 
@@ -178,11 +178,12 @@ def _run(script: Path, agents: list[Agent], run_dir: Path, metrics_file: Path, t
         for node, agent in enumerate(agents):
             where = f"# node {node}: " if len(agents) > 1 else ""
             print(f"{where}$ {_shown(agent)}", flush=True)
-    outcome = supervise.run(agents, timeout=timeout, stream=stream, name=script.name)
+    outcome = supervise.run(agents, timeout=timeout, stream=stream, script=script,
+                            stacks_dir=Path(agents[0].env[stacks.ENV_VAR]))
     result = LaunchResult(script=script, command=agents[0].command, run_dir=run_dir,
                           returncode=outcome.returncode, wall_time=outcome.wall_time,
                           lines=outcome.lines, metrics=metrics.read(metrics_file),
-                          timed_out=outcome.timed_out)
+                          timed_out=outcome.timed_out, stacks=outcome.stacks)
     if result.timed_out:
         raise LaunchTimeout(messages.timeout_message(result, timeout), result)
     if result.returncode != 0 and check:
@@ -258,9 +259,12 @@ def _new_run_dir(script: Path) -> Path:
 def _child_env(extra: Mapping[str, str] | None, backend: str | None,
                metrics_file: Path) -> dict[str, str]:
     env = dict(os.environ)
-    # Workers must import ddp_lib from the same place as this kernel does.
-    here = str(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+    # Workers must import ddp_lib from the same place as this kernel does; worker_site's
+    # sitecustomize lets a hung worker say where it is (ddp_lib.stacks).
+    here = Path(__file__).resolve().parents[1]
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(here / "ddp_lib" / "worker_site"), str(here), env.get("PYTHONPATH")) if p)
+    env[stacks.ENV_VAR] = str(metrics_file.parent / "stacks")
     env["PYTHONUNBUFFERED"] = "1"  # output reaches the cell line by line, not at exit
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, set here to skip its warning
     env[metrics.ENV_VAR] = str(metrics_file)

@@ -41,6 +41,7 @@ class LaunchResult:
     lines: list[Line] = field(default_factory=list)
     metrics: list[dict] = field(default_factory=list)
     timed_out: bool = False
+    stacks: dict[int, str] = field(default_factory=dict)  # rank -> its stacks, if it hung
 
     @property
     def ok(self) -> bool:

@@ -11,6 +11,7 @@ import re
 import shlex
 import signal
 
+from ddp_lib import stacks
 from ddp_lib.launch_result import LaunchResult
 from ddp_lib.supervise import AGENT
 
@@ -77,8 +78,13 @@ def failure_message(result: LaunchResult, rank: int | None, exitcode: int | None
 def timeout_message(result: LaunchResult, timeout: float) -> str:
     parts = [f"{result.script.name} did not finish within timeout={timeout:g} s; torchrun and "
              "all its workers were stopped."]
+    where = stacks.where(result.stacks, result.script)
+    if where:
+        parts.append("Where each rank was:\n" + _indent("\n".join(where)))
+        parts.append(f"Every thread's stack: result.stacks[rank], and in "
+                     f"{result.run_dir / 'stacks'}")
     ranks = result.ranks()
-    if not ranks:
+    if not ranks and not where:
         parts.append("No rank printed anything: did every process reach the rendezvous "
                      "(all nodes started, the endpoint reachable)?")
     for rank in ranks:

@@ -18,13 +18,15 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
 
-from ddp_lib import torchrun
+from ddp_lib import stacks, torchrun
 
 AGENT = "torchrun"
 STOP_GRACE_S = 10.0
+STACKS_WAIT_S = 3.0  # how long the workers get to write their stacks before they are stopped
 
 
 @dataclass
@@ -54,6 +56,7 @@ class Outcome:
     returncode: int | None = None
     timed_out: bool = False
     wall_time: float = 0.0
+    stacks: dict[int, str] = field(default_factory=dict)  # rank -> its threads' stacks
 
 
 @dataclass
@@ -65,7 +68,8 @@ class Agent:
     cores: list[int] = field(default_factory=list)
 
 
-def run(agents: list[Agent], *, timeout: float, stream: bool, name: str) -> Outcome:
+def run(agents: list[Agent], *, timeout: float, stream: bool, script: Path,
+        stacks_dir: Path | None = None) -> Outcome:
     """Start the agents, relay their lines until all are done, and leave no process behind.
 
     If one agent fails while others still run (a node whose workers crashed), the others are
@@ -75,7 +79,10 @@ def run(agents: list[Agent], *, timeout: float, stream: bool, name: str) -> Outc
         agents: the torchrun agents to start, one per (simulated) node.
         timeout: seconds before every process is stopped and ``Outcome.timed_out`` set.
         stream: print each line into the cell as it arrives.
-        name: the script's name, for the messages of an interrupted launch.
+        script: the script the workers run, for the messages of an interrupted launch.
+        stacks_dir: where the workers write their stacks when asked (``stacks.ENV_VAR`` in
+            their environment); on a timeout or an interrupt they are asked before being
+            stopped, and what they wrote ends up in ``Outcome.stacks``.
     """
     multi = len(agents) > 1
     outcome = Outcome()
@@ -105,6 +112,7 @@ def run(agents: list[Agent], *, timeout: float, stream: bool, name: str) -> Outc
                     watcher.refresh()
                 if not outcome.timed_out and time.monotonic() - start > timeout:
                     outcome.timed_out = True
+                    outcome.stacks = _ask_for_stacks(procs, stacks_dir)
                     _stop_all(procs, watchers)
                 elif multi and any(p.poll() not in (None, 0) for p in procs):
                     _stop_all(procs, watchers)
@@ -118,12 +126,15 @@ def run(agents: list[Agent], *, timeout: float, stream: bool, name: str) -> Outc
         for proc in procs:
             proc.wait()
     except KeyboardInterrupt:
+        dumps = _ask_for_stacks(procs, stacks_dir)
         _stop_all(procs, watchers)
-        raise KeyboardInterrupt(f"Launch of {name} interrupted: torchrun and all "
-                                "its workers were stopped.") from None
+        where = "".join(f"\n    {line}" for line in stacks.where(dumps, script))
+        raise KeyboardInterrupt(
+            f"Launch of {script.name} interrupted: torchrun and all its workers were stopped."
+            + (f"\nWhere each rank was:{where}" if where else "")) from None
     except BaseException as exc:
         _stop_all(procs, watchers)
-        print(f"\nLaunch of {name} ended by {exc!r}: torchrun and all its workers "
+        print(f"\nLaunch of {script.name} ended by {exc!r}: torchrun and all its workers "
               "were stopped.", file=sys.stderr, flush=True)
         raise
     finally:
@@ -133,6 +144,37 @@ def run(agents: list[Agent], *, timeout: float, stream: bool, name: str) -> Outc
     codes = [proc.returncode for proc in procs]
     outcome.returncode = next((code for code in codes if code != 0), 0)
     return outcome
+
+
+def _ask_for_stacks(procs: list[subprocess.Popen], folder: Path | None) -> dict[int, str]:
+    """Have every worker write its stacks (SIGUSR1, see ``worker_site``); rank -> the dump.
+
+    Only the agents' own children are asked: they are the workers, which registered the signal.
+    The agent did not, and a DataLoader's worker processes are not ranks.
+    """
+    if folder is None or not hasattr(signal, "SIGUSR1"):
+        return {}
+    asked = 0
+    for proc in procs:
+        try:
+            workers = psutil.Process(proc.pid).children()
+        except psutil.Error:
+            continue
+        for worker in workers:
+            try:
+                worker.send_signal(signal.SIGUSR1)
+                asked += 1
+            except psutil.Error:
+                pass
+    deadline = time.monotonic() + STACKS_WAIT_S
+    dumps = stacks.read(folder)
+    while asked and time.monotonic() < deadline:
+        time.sleep(0.2)
+        latest = stacks.read(folder)
+        if len(latest) >= asked and latest == dumps:  # all written, nothing growing
+            break
+        dumps = latest
+    return stacks.read(folder)
 
 
 def _prepare_child(cores: list[int]):

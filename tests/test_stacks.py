@@ -1,0 +1,112 @@
+"""A hung launch says where each rank was: faulthandler dumps asked for before the stop, read.
+
+The unit tests read real dumps that faulthandler wrote; the launch tests hang real ranks, in a
+collective and in plain Python, on one node and on two.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from ddp_lib import LaunchTimeout, launch, launch_nodes, stacks
+
+WAITS = """
+    import faulthandler
+    import sys
+    import threading
+
+    ready = threading.Event()
+
+
+    def helper():
+        ready.set()
+        threading.Event().wait(30)
+
+
+    def main():
+        threading.Thread(target=helper, daemon=True).start()
+        ready.wait()
+        faulthandler.dump_traceback(file=sys.stdout, all_threads=True)
+
+
+    main()
+"""
+
+HANGS = """
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    t = torch.ones(1)
+    if dist.get_rank() == 0:
+        dist.all_reduce(t)  # waits for a peer that never comes
+    else:
+        while True:  # plain Python that never ends
+            pass
+"""
+
+
+def test_the_innermost_frame_of_the_script_is_found_in_a_real_dump(tmp_path):
+    script = tmp_path / "waits.py"
+    script.write_text(textwrap.dedent(WAITS))
+    dump = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          check=True, timeout=60).stdout
+    assert len(stacks.threads(dump)) == 2
+    frame = stacks.innermost_in(dump, script)
+    assert (frame.line, frame.function) == (17, "main")  # the main thread: deepest in the script
+    assert frame.describe() == "waits.py:17  faulthandler.dump_traceback(file=sys.stdout, " \
+                               "all_threads=True)"
+    assert stacks.innermost_in(dump, tmp_path / "other.py") is None
+
+
+def test_where_reads_every_ranks_dump(tmp_path):
+    script = tmp_path / "waits.py"
+    script.write_text(textwrap.dedent(WAITS))
+    dump = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          check=True, timeout=60).stdout
+    (tmp_path / "rank1.txt").write_text(dump)
+    (tmp_path / "rank0.txt").write_text("")  # a rank that never answered
+    assert stacks.read(tmp_path) == {1: dump}
+    assert stacks.where(stacks.read(tmp_path), script) == [
+        "rank 1: waits.py:17  faulthandler.dump_traceback(file=sys.stdout, all_threads=True)"]
+
+
+def _hang_report(make_script, launcher, **kwargs) -> tuple[LaunchTimeout, float]:
+    script = make_script("hangs.py", HANGS)
+    start = time.monotonic()
+    with pytest.raises(LaunchTimeout) as caught:
+        launcher(script, timeout=10, stream=False, **kwargs)
+    return caught.value, time.monotonic() - start - 10
+
+
+@pytest.mark.parametrize("where", ["one node", "two nodes"])
+def test_a_hung_launch_names_each_ranks_line(make_script, where):
+    if where == "one node":
+        error, late = _hang_report(make_script, launch, nproc_per_node=2)
+    else:
+        error, late = _hang_report(make_script, launch_nodes, nnodes=2, nproc_per_node=1)
+    message = str(error)
+    assert "rank 0: hangs.py:8  dist.all_reduce(t)" in message
+    assert "rank 1: hangs.py:10  while True:" in message or \
+        "rank 1: hangs.py:11  pass" in message, message
+    assert sorted(error.result.stacks) == [0, 1]
+    assert (error.result.run_dir / "stacks" / "rank0.txt").is_file()
+    assert late < 15, f"the report came {late:.1f} s after the timeout"
+
+
+def test_a_sitecustomize_that_was_there_still_runs(make_script, workdir, monkeypatch):
+    # A site's or a distribution's own sitecustomize, on the path before the launch.
+    site = workdir / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import os\nos.environ['SITE_RAN'] = 'yes'\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [
+        str(site), os.environ.get("PYTHONPATH")])))
+    script = make_script("site.py", "import os; print('site', os.environ.get('SITE_RAN'))\n")
+    result = launch(script, nproc_per_node=1, stream=False, timeout=60)
+    assert "site yes" in result.output(0)
