@@ -147,6 +147,18 @@ def cifar10(train: bool = True, transform: Callable | None = None,
     return cls(str(root), train=train, transform=transform)
 
 
+def sample_counts(root: str | os.PathLike = DATA_DIR) -> tuple[int, int]:
+    """How many training and test images the lessons will really have, counted from the files.
+
+    The data set is prepared first if need be (found, downloaded or generated), so the counts are
+    those of the data set every later ``cifar10()`` call loads: 50,000 + 10,000 for the real
+    CIFAR-10, fewer for the synthetic stand-in. Plans that take a number of samples from
+    elsewhere, and then slice the data set, would silently train on fewer.
+    """
+    prepare_cifar10(root, verbose=False)
+    return len(cifar10(train=True, root=root)), len(cifar10(train=False, root=root))
+
+
 def describe(found: str, root: str | os.PathLike = DATA_DIR) -> str:
     """One sentence for a person: which data set the lesson is using."""
     if found == "cifar10":

@@ -17,6 +17,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from ddp_lib import data
+
 BACKENDS = ("gloo", "nccl")
 
 
@@ -204,15 +206,19 @@ class Sizes:
 
 
 def course_sizes(hw: Hardware | None = None) -> Sizes:
-    """Small enough to run the series in minutes on CPU; full CIFAR-10 where a GPU is there.
+    """Small enough to run the series in minutes on CPU; the whole data set where a GPU is there.
 
-    ``DDP_WORKSHOP_FULL_SIZE=1`` forces the full size, ``=0`` the small one.
+    ``DDP_WORKSHOP_FULL_SIZE=1`` forces the full size, ``=0`` the small one. The sample counts
+    never exceed those of the data set on disk (prepared here if it is not there yet): the full
+    size is all of it, 50,000 + 10,000 images of the real CIFAR-10 but fewer of the synthetic
+    stand-in, so that what a lesson plans, prints and checks is what its runs train on.
     """
     hw = hw or detect()
     forced = os.environ.get("DDP_WORKSHOP_FULL_SIZE")
     full = hw.cuda_gpus > 0 if forced is None else forced == "1"
+    on_disk_train, on_disk_test = data.sample_counts()
     if full:
-        return Sizes(train_samples=50_000, test_samples=10_000, epochs=5, batch_size=128,
-                     full_size=True)
-    return Sizes(train_samples=4_000, test_samples=1_000, epochs=2, batch_size=64,
-                 full_size=False)
+        return Sizes(train_samples=on_disk_train, test_samples=on_disk_test, epochs=5,
+                     batch_size=128, full_size=True)
+    return Sizes(train_samples=min(4_000, on_disk_train), test_samples=min(1_000, on_disk_test),
+                 epochs=2, batch_size=64, full_size=False)

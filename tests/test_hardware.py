@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ddp_lib import hardware
+from ddp_lib import data, hardware
 from ddp_lib.hardware import Hardware
 
 
@@ -81,6 +81,17 @@ def test_course_sizes_small_on_cpu_full_on_gpu(monkeypatch):
     assert small.train_samples < full.train_samples
     monkeypatch.setenv("DDP_WORKSHOP_FULL_SIZE", "1")
     assert hardware.course_sizes(machine(gpus=0)).full_size
+
+
+def test_full_size_is_the_data_set_on_disk_not_cifar10s_size(monkeypatch):
+    # Offline the stand-in has fewer images than CIFAR-10's 50,000 + 10,000: a plan of 50,000
+    # would be sliced down silently, and the lessons would print and check sizes never trained.
+    monkeypatch.setenv("DDP_WORKSHOP_DATASET", "synthetic")
+    monkeypatch.setenv("DDP_WORKSHOP_FULL_SIZE", "1")
+    full = hardware.course_sizes(machine(gpus=1))
+    on_disk = (len(data.cifar10(train=True)), len(data.cifar10(train=False)))
+    assert (full.train_samples, full.test_samples) == on_disk == (data.SYNTHETIC_TRAIN,
+                                                                   data.SYNTHETIC_TEST)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="threads are listed from /proc")
