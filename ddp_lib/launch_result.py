@@ -71,6 +71,10 @@ class LaunchResult:
         return [m for m in self.metrics
                 if m["name"] == name and (rank is None or m["rank"] == rank)]
 
+    def fingerprints(self) -> dict[int, str]:
+        """rank -> SHA-256 of that rank's final weights, from ``metrics.report_weights``."""
+        return {m["rank"]: m["sha256"] for m in self.records("weights_sum")}
+
     def ranks(self) -> list[int]:
         """The ranks that printed or reported anything."""
         found = {line.rank for line in self.lines if line.rank is not None}

@@ -8,6 +8,7 @@ call prints the metric instead, so the same script runs anywhere. Nothing scrape
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -46,6 +47,24 @@ def report(name: str, value: float, *, step: int | None = None, **extra: Any) ->
         os.write(fd, line)
     finally:
         os.close(fd)
+
+
+def report_weights(model: Any) -> None:
+    """Report a fingerprint of this rank's weights: their sum, and a SHA-256 of their bytes.
+
+    DDP keeps every rank's copy of the weights identical, bit for bit; the notebooks check that
+    claim by comparing the ranks' fingerprints (``LaunchResult.fingerprints``). The hash lives
+    here, not in the lesson scripts, because it is a measurement, not part of training.
+
+    Args:
+        model: any ``torch.nn.Module`` (a DDP wrapper included: its parameters are the model's).
+    """
+    import torch  # only the scripts that report weights pay for the import
+
+    with torch.no_grad():
+        weights = torch.cat([p.detach().flatten().float().cpu() for p in model.parameters()])
+    report("weights_sum", weights.double().sum().item(),
+           sha256=hashlib.sha256(weights.numpy().tobytes()).hexdigest())
 
 
 def read(path: str | Path) -> list[dict[str, Any]]:

@@ -16,10 +16,12 @@ In a notebook::
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import json
 import os
 import textwrap
 from pathlib import Path
+from types import ModuleType
 
 from ddp_lib.files import atomic_write_text
 
@@ -77,6 +79,25 @@ def diff(old: str | os.PathLike, new: str | os.PathLike, context: int = 3) -> st
         old.read_text(encoding="utf-8").splitlines(keepends=True),
         new.read_text(encoding="utf-8").splitlines(keepends=True),
         fromfile=str(old), tofile=str(new), n=context))
+
+
+def load_module(path: str | os.PathLike) -> ModuleType:
+    """Import a lesson script as a module (its ``main()`` does not run), without ``sys.path`` edits.
+
+    A notebook that checks a script's training by hand uses the script's own functions (the
+    same data preparation, for instance), so the two cannot differ.
+    """
+    path = Path(path)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def diff_size(old: str | os.PathLike, new: str | os.PathLike) -> int:
+    """How many lines ``diff`` shows as changed: the ``-`` and ``+`` lines, without its headers."""
+    body = diff(old, new).splitlines()[2:]  # after the two file-name lines
+    return sum(1 for line in body if line.startswith(("+", "-")))
 
 
 def write_script_magic(line: str, cell: str) -> None:

@@ -28,12 +28,12 @@ def test_requirements_pyproject_and_conda_pin_the_same_versions():
     assert requirements["torchvision"].startswith("0.29.")  # the release built for torch 2.14
 
 
-def test_ci_runs_the_readmes_test_command():
+def test_ci_runs_the_readmes_test_commands():
     readme = (ROOT / "README.md").read_text()
-    assert "make test" in readme
     ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines()
           if line.strip() and not line.startswith("#")]
-    assert ci[-1].strip() == "make test"
+    assert [line.strip() for line in ci[-2:]] == ["make test", "make test-browser"]
+    assert "make test " in readme and "make test-browser" in readme
 
 
 def test_readme_lists_every_notebook():

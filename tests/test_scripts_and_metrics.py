@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
@@ -92,6 +93,67 @@ def test_diff_is_a_unified_diff_of_the_files(workdir):
     text = scripts.diff(old, new)
     assert text.splitlines()[:2] == ["--- scripts/old.py", "+++ scripts/new.py"]
     assert "-b = 2" in text and "+b = 3" in text and " a = 1" in text
+
+
+def test_diff_size_counts_the_changed_lines_not_the_headers(workdir):
+    old = write_script("old.py", "x = 0\n--x\ny = 1\n", quiet=True)
+    new = write_script("new.py", "x = 0\ny = 2\n", quiet=True)
+    assert scripts.diff_size(old, new) == 3  # "---x" is a removed line, not a header
+    assert scripts.diff_size(old, old) == 0
+
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+DDP_ESSENTIALS = ("import torch.distributed.nn", "dist.init_process_group(backend)",
+                  "DistributedSampler(train_set", "sampler.set_epoch(epoch)",
+                  "model = DDP(", "if rank == 0:", "dist.barrier()",
+                  "dist.all_reduce(", "dist.destroy_process_group()")
+
+
+def test_lesson_05_teaches_ddp_in_at_most_60_changed_lines(workdir):
+    """The diff lesson 05 prints, from lesson 01's script to its DDP script, counted.
+
+    Both scripts are taken from their notebooks' cells, as lesson 05 takes them, and the diff is
+    the one its cell prints. The DDP essentials must be among the added lines, so that the count
+    stays small by keeping the lesson small, not by moving DDP elsewhere.
+    """
+    single = scripts.from_notebook(NOTEBOOKS / "01_single_device.ipynb", "train_single.py",
+                                   quiet=True)
+    ddp = scripts.from_notebook(NOTEBOOKS / "05_ddp.ipynb", "train_ddp.py", quiet=True)
+    shown = [cell for cell in json.loads((NOTEBOOKS / "05_ddp.ipynb").read_text())["cells"]
+             if 'scripts.diff("scripts/train_single.py", "scripts/train_ddp.py")'
+             in "".join(cell["source"])]
+    assert shown, "lesson 05 no longer prints the diff from train_single.py to train_ddp.py"
+    text = scripts.diff(single, ddp)
+    added = [line[1:] for line in text.splitlines()[2:] if line.startswith("+")]
+    missing = [e for e in DDP_ESSENTIALS if not any(e in line for line in added)]
+    assert not missing, f"DDP essentials not in lesson 05's diff: {missing}"
+    assert scripts.diff_size(single, ddp) <= 60, text
+
+
+def test_load_module_imports_a_script_without_running_main(workdir):
+    path = write_script("lesson.py", """
+        def double(x):
+            return 2 * x
+
+        if __name__ == "__main__":
+            raise SystemExit("main ran")
+    """, quiet=True)
+    assert scripts.load_module(path).double(21) == 42
+
+
+def test_report_weights_fingerprints_equal_and_different_weights(workdir, monkeypatch):
+    torch = pytest.importorskip("torch")
+    from ddp_lib.launch_result import LaunchResult
+
+    monkeypatch.setenv(metrics.ENV_VAR, str(workdir / "m.jsonl"))
+    for rank, seed in enumerate([0, 0, 1]):
+        monkeypatch.setenv("RANK", str(rank))
+        torch.manual_seed(seed)
+        metrics.report_weights(torch.nn.Linear(4, 3))
+    result = LaunchResult(script=Path("x.py"), command=[], run_dir=workdir,
+                          metrics=metrics.read(workdir / "m.jsonl"))
+    prints = result.fingerprints()
+    assert sorted(prints) == [0, 1, 2] and prints[0] == prints[1] != prints[2]
 
 
 def test_results_round_trip_and_missing_lesson(workdir):
