@@ -6,12 +6,30 @@ nbval runs the notebooks themselves (see the Makefile's test target); these chec
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 KEEP_OUTPUT = "nbval-check-output"
+SOLUTION = "solution"
+# A question answered by reasoning alone says so in its folded solution's summary.
+THOUGHT = "<details><summary>Solution (a question to think through: no code to run)</summary>"
+EXERCISE = re.compile(r"^\*\*(\d+)\.", re.MULTILINE)
+# Exercises that ask for an experiment whose solution is still prose only: each should get a
+# `solution` cell that runs it at the course's small size. The test below fails when one of them
+# gets its cell, so that this list only shrinks.
+PROSE_ONLY = {
+    "01_single_device.ipynb": {1, 2},
+    "03_ring_allreduce.ipynb": {4},
+    "04_init_methods.ipynb": {4},
+    "05_ddp.ipynb": {1, 2, 3, 5},
+    "06_multi_node.ipynb": {3},
+    "07_mixed_precision.ipynb": {3, 4},
+    "08_scaling.ipynb": {1, 2, 3, 4},
+    "09_hangs.ipynb": {3},
+}
 
 
 def cells(path: Path) -> list[dict]:
@@ -44,7 +62,55 @@ def test_has_the_shape_of_a_lesson(path):
     markdown = "\n".join(text(c) for c in all_cells if c["cell_type"] == "markdown")
     for section in ("What you will learn", "Prerequisites", "Key points", "Exercises"):
         assert section in markdown, f"{path.name} has no '{section}'"
-    assert "<details><summary>Solution</summary>" in markdown, "solutions stay folded"
+
+
+def exercises(path: Path) -> dict[int, str]:
+    """Each exercise's number and how it is answered: "code", "thought" or "prose".
+
+    The convention: an exercise is a Markdown cell of the Exercises section that starts a line
+    with its bold number (`**2.**`), one exercise per cell. Its solution is the code cell right
+    after it, tagged `solution` (the explanation may stay in the exercise's cell, folded); a
+    question that needs no code says so with the THOUGHT summary instead.
+    """
+    all_cells = cells(path)
+    start = next(i for i, c in enumerate(all_cells) if "## Exercises" in text(c))
+    found: dict[int, str] = {}
+    for i, cell in enumerate(all_cells[start:], start):
+        if cell["cell_type"] != "markdown":
+            continue
+        numbers = [int(n) for n in EXERCISE.findall(text(cell))]
+        assert len(numbers) <= 1, f"{path.name} cell {i} holds exercises {numbers}: one per cell"
+        if not numbers:
+            continue
+        after = all_cells[i + 1] if i + 1 < len(all_cells) else {}
+        if SOLUTION in after.get("metadata", {}).get("tags", []):
+            found[numbers[0]] = "code"
+        elif THOUGHT in text(cell):
+            found[numbers[0]] = "thought"
+        else:
+            found[numbers[0]] = "prose"
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_exercise_is_followed_by_its_solution(path):
+    found = exercises(path)
+    assert list(found) == list(range(1, len(found) + 1)), f"{path.name} numbers {list(found)}"
+    prose = {n for n, kind in found.items() if kind == "prose"}
+    assert prose == PROSE_ONLY.get(path.name, set()), (
+        f"{path.name}: exercises {sorted(prose)} have neither a `solution` cell nor the "
+        f"'no code to run' summary (PROSE_ONLY lists {sorted(PROSE_ONLY.get(path.name, set()))})")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_solution_cell_follows_an_exercise(path):
+    all_cells = cells(path)
+    for i, cell in enumerate(all_cells):
+        if SOLUTION in cell.get("metadata", {}).get("tags", []):
+            assert cell["cell_type"] == "code", f"{path.name} cell {i}"
+            before = text(all_cells[i - 1])
+            assert EXERCISE.search(before), f"{path.name} cell {i} follows no exercise"
+            assert text(cell).startswith("# Solution to exercise "), f"{path.name} cell {i}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
