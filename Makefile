@@ -19,7 +19,7 @@ export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 
-.PHONY: help setup lab run test test-browser lint browser bench clean
+.PHONY: help setup lab run test test-browser lint browser bench exercises schedule clean
 
 help:
 	@echo "make setup   create the Python environment ($(VENV))"
@@ -28,6 +28,8 @@ help:
 	@echo "make test    lint, unit tests, every notebook through nbval, a representative set in JupyterLab"
 	@echo "make test-browser  the long sweep: every other notebook in JupyterLab, repeated launches"
 	@echo "make bench   benchmarks: launch overhead, all-reduce bandwidth, training (docs/benchmarks.md)"
+	@echo "make exercises  the learners' edition, solutions replaced by stubs, in build/exercises/"
+	@echo "make schedule   regenerate docs/schedule.md (the instructor's plan) from the notebooks"
 	@echo "make clean   remove build/, written scripts and run logs (keeps data/ and the environment)"
 
 setup: $(READY)
@@ -86,8 +88,19 @@ test: lint browser
 	"$(BIN)/python" -m pytest tests $(NOTEBOOKS) -m "not sweep" --nbval-lax --nbval-current-env \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600 --durations=15
 
-test-browser: browser $(READY)
+# The sweep also executes the learners' edition: its stubs are `...`, so this checks that no later
+# cell depends on what a solution computed.
+test-browser: browser exercises
 	"$(BIN)/python" -m pytest tests -m sweep --durations=15
+	"$(BIN)/python" -m pytest build/exercises/notebooks/*.ipynb --nbval-lax \
+		--nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600
+
+exercises: $(READY)
+	rm -rf build/exercises
+	"$(BIN)/python" -m workshop.exercises build/exercises
+
+schedule: $(READY)
+	"$(BIN)/python" -m workshop.schedule
 
 # Programs, not tests: they print tables (and write build/bench/results.md). BENCH_ARGS passes
 # options, e.g. make bench BENCH_ARGS="--quick" or BENCH_ARGS="--only notebooks".

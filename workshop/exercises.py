@@ -1,0 +1,101 @@
+"""Write the learners' edition: every notebook with its solution cells replaced by stubs.
+
+A solution is a code cell tagged ``solution`` right after its exercise (tests/test_notebooks.py
+states the convention). In the edition that cell becomes a stub tagged ``exercise-stub``: a
+comment that says what to write, then ``...``, valid Python that does nothing, so that a learner
+can run the whole notebook before solving anything. Every other cell is copied unchanged, and the
+notebooks keep their folder name, so that relative paths (``scripts/``, another lesson's
+notebook) and ``ddp_lib`` on ``PYTHONPATH`` resolve as they do in the course itself.
+
+``python -m workshop.exercises [DEST]`` writes DEST/notebooks/ (default build/exercises).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTION = "solution"
+STUB = "exercise-stub"
+HEADER = re.compile(r"^# Solution to exercise (\d+)(?::\s*(.*))?")
+
+
+def is_solution(cell: dict) -> bool:
+    return SOLUTION in cell.get("metadata", {}).get("tags", [])
+
+
+def source(cell: dict) -> str:
+    text = cell["source"]
+    return text if isinstance(text, str) else "".join(text)
+
+
+def stub(solution: dict, exercise: dict) -> dict:
+    """The cell a learner fills in: which exercise, what it asks for, then ``...``."""
+    match = HEADER.match(source(solution))
+    number = match[1] if match else "?"
+    asked = re.sub(r"\s+", " ", source(exercise).split("<details>")[0]).strip()
+    asked = re.sub(r"^\*\*\d+\.\*\*\s*|^\*\*\d+\.\s*", "", asked)
+    lines = [f"# Exercise {number}: write your code here, then run the cell."]
+    lines += [f"# {line}" for line in _wrap(asked, 96)]
+    lines.append("...")
+    cell = copy.deepcopy(solution)
+    cell["metadata"]["tags"] = [STUB if tag == SOLUTION else tag
+                                for tag in cell["metadata"]["tags"] if tag != "nbval-check-output"]
+    cell["metadata"].pop("jupyter", None)  # a stub is meant to be seen
+    cell["source"] = [line + "\n" for line in lines[:-1]] + [lines[-1]]
+    cell["outputs"], cell["execution_count"] = [], None
+    return cell
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    lines, line = [], ""
+    for word in text.split():
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}".strip()
+    return lines + ([line] if line else [])
+
+
+def edition(notebook: dict) -> dict:
+    """A copy of a notebook with each solution cell replaced by its stub."""
+    learners = copy.deepcopy(notebook)
+    cells = learners["cells"]
+    for i, cell in enumerate(cells):
+        if is_solution(cell):
+            cells[i] = stub(cell, cells[i - 1])
+    return learners
+
+
+def build(dest: Path, notebooks: Path = ROOT / "notebooks") -> list[Path]:
+    """Write the edition of every lesson into dest/notebooks/; returns the files written."""
+    out = dest / "notebooks"
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path in sorted(notebooks.glob("[0-9][0-9]_*.ipynb")):
+        notebook = json.loads(path.read_text(encoding="utf-8"))
+        target = out / path.name
+        with target.open("w", encoding="utf-8") as f:
+            json.dump(edition(notebook), f, indent=1, ensure_ascii=False)
+            f.write("\n")
+        written.append(target)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dest", nargs="?", type=Path, default=ROOT / "build" / "exercises")
+    args = parser.parse_args(argv)
+    written = build(args.dest)
+    print(f"wrote {len(written)} notebooks to {args.dest / 'notebooks'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
