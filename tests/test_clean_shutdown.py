@@ -35,6 +35,7 @@ DDP_SCRIPT = """
 
     from ddp_lib.hardware import thread_names
 
+    print("imported before init:", "torch.distributed.nn" in sys.modules, flush=True)
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     model = DDP(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10)))
@@ -80,6 +81,8 @@ def test_importing_torch_distributed_nn_late_keeps_gloo_alive(make_script):
     script = make_script("ddp_small.py", DDP_SCRIPT)
     result = launch(script, nproc_per_node=2, args=["--late-import"], timeout=180,
                     stream=False, check=False)
+    # Importing ddp_lib (or anything it imports, such as torchvision) must not import it first.
+    assert "imported before init: False" in result.output(0), result.output(0)
     left = gloo_workers_left(result)
     assert sorted(left) == [0, 1], result.output()
     assert all(left.values()), f"no Gloo worker survived destroy_process_group: {left}"
