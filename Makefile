@@ -26,10 +26,10 @@ export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 
 # requirements.txt is the one list of pins; these filters make the lists that leave some out.
-PINS_BUT_TORCH := grep -vE '^(torch|torchvision)==' requirements.txt
+PINS_BUT_TORCH := grep -vE '^(\#|(torch|torchvision)==)' requirements.txt
 # What a learner does not need to run the course: torch (the node's own), test, lint, browser.
 NOT_FOR_LEARNERS := torch torchvision nbval pytest pytest-timeout playwright ruff
-LEARNER_PINS := grep -vE "^($$(echo $(NOT_FOR_LEARNERS) | tr ' ' '|'))==" requirements.txt
+LEARNER_PINS := grep -vE "^(\#|($$(echo $(NOT_FOR_LEARNERS) | tr ' ' '|'))==)" requirements.txt
 
 .PHONY: help setup lab run test lint browser bench compat wheelhouse clean
 
@@ -57,7 +57,7 @@ ifeq ($(TORCH),system)
 	$(PINS_BUT_TORCH) > "$(VENV)/requirements.txt"
 	"$(BIN)/python" -m pip install --quiet --disable-pip-version-check \
 		$(if $(FIND_LINKS),--no-index --find-links "$(FIND_LINKS)" -r "$(FIND_LINKS)/requirements.txt",-r "$(VENV)/requirements.txt")
-	"$(BIN)/python" -m ddp_lib.compat check
+	"$(BIN)/python" ddp_lib/compat.py check
 else
 	$(PYTHON) -m venv "$(VENV)"
 	"$(BIN)/python" -m pip install --quiet --disable-pip-version-check -r requirements.txt
@@ -123,7 +123,7 @@ compat: export DDP_WORKSHOP_DATASET ?= synthetic
 compat: export DDP_WORKSHOP_FULL_SIZE ?= 0
 compat: export CUDA_VISIBLE_DEVICES ?=
 compat: $(COMPAT_VENV)/.ready
-	"$(COMPAT_VENV)/bin/python" -m ddp_lib.compat check
+	"$(COMPAT_VENV)/bin/python" ddp_lib/compat.py check
 	"$(COMPAT_VENV)/bin/python" -m pytest $(COMPAT_TESTS) --nbval-lax --nbval-current-env \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600 --durations=15
 
@@ -147,7 +147,8 @@ WHEELHOUSE ?= build/wheelhouse
 wheelhouse:
 	rm -rf "$(WHEELHOUSE)"
 	mkdir -p "$(WHEELHOUSE)"
-	$(LEARNER_PINS) > "$(WHEELHOUSE)/requirements.txt"
+	{ echo "# requirements.txt without $(NOT_FOR_LEARNERS) (make wheelhouse)"; \
+	  $(LEARNER_PINS); } > "$(WHEELHOUSE)/requirements.txt"
 	$(PYTHON) -m pip download --quiet --disable-pip-version-check --only-binary=:all: \
 		--python-version "$(PY)" --platform "manylinux2014_$(PLATFORM)" \
 		--platform "manylinux_2_28_$(PLATFORM)" -d "$(WHEELHOUSE)" -r "$(WHEELHOUSE)/requirements.txt"

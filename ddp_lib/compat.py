@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import re
 import sys
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
 # Oldest and newest minor release the course is tested with (make compat, docs/compatibility.md).
 SUPPORTED_TORCH = ("2.4", "2.14")
@@ -114,13 +116,34 @@ def check_installed() -> int:
               f"PyTorch module or start its container first, or run `make setup` without "
               f"TORCH=system to install torch.", file=sys.stderr)
         return 1
+    broken = ""
     try:
         import torchvision
         vision: str | None = torchvision.__version__
     except ImportError:
         vision = None
+    except Exception as error:  # a torchvision built for another torch fails here
+        broken = f"{type(error).__name__}: {error}"
+        try:
+            vision = version("torchvision")
+        except PackageNotFoundError:
+            vision = "(version unknown)"
     print(f"torch {torch.__version__} and torchvision {vision} from {torch.__file__}")
     problems, warnings = check(torch.__version__, vision)
+    try:
+        import numpy
+
+        torch.from_numpy(numpy.zeros(1))
+    except Exception as error:  # e.g. a torch built against NumPy 1 beside NumPy 2
+        problems.append(
+            f"torch {torch.__version__} cannot exchange arrays with the NumPy installed "
+            f"({type(error).__name__}: {error}). Install the NumPy the torch was built with, "
+            f"or a torch built for this NumPy.")
+    if broken and not problems:
+        problems.append(
+            f"torchvision {vision} is installed but fails to import beside torch "
+            f"{torch.__version__} ({broken}). It was built for another build of torch (CUDA or "
+            f"CPU-only, another release): install the torchvision of the same build as torch.")
     for warning in warnings:
         print(f"Warning: {warning}", file=sys.stderr)
     for problem in problems:
@@ -144,4 +167,8 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    # Run as a script (the Makefile does, before ddp_lib's own imports are installed), Python puts
+    # ddp_lib/ first on the path, where its modules (data, models...) could shadow others.
+    if sys.path and sys.path[0] == str(Path(__file__).resolve().parent):
+        del sys.path[0]
     sys.exit(main(sys.argv[1:]))
