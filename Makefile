@@ -31,13 +31,14 @@ PINS_BUT_TORCH := grep -vE '^(\#|(torch|torchvision)==)' requirements.txt
 NOT_FOR_LEARNERS := torch torchvision nbval pytest pytest-timeout playwright ruff
 LEARNER_PINS := grep -vE "^(\#|($$(echo $(NOT_FOR_LEARNERS) | tr ' ' '|'))==)" requirements.txt
 
-.PHONY: help setup lab run test lint browser bench compat wheelhouse clean
+.PHONY: help setup lab run test test-browser lint browser bench compat wheelhouse clean
 
 help:
 	@echo "make setup   create the Python environment ($(VENV))"
 	@echo "make lab     open the course in JupyterLab"
 	@echo "make run     execute every notebook headless into build/ (notebooks and HTML pages)"
-	@echo "make test    lint, unit tests, every notebook through nbval and in JupyterLab (CI)"
+	@echo "make test    lint, unit tests, every notebook through nbval, a representative set in JupyterLab"
+	@echo "make test-browser  the long sweep: every other notebook in JupyterLab, repeated launches"
 	@echo "make bench   benchmarks: launch overhead, all-reduce bandwidth, training (docs/benchmarks.md)"
 	@echo "make compat TORCH=2.4.1   notebooks and launch tests with another torch (docs/compatibility.md)"
 	@echo "make wheelhouse [PY=3.12 PLATFORM=x86_64]   wheels for an offline node (build/wheelhouse/)"
@@ -100,11 +101,17 @@ browser:
 	fi
 
 # Tests use the generated data set at the small size: deterministic on any machine, no network.
-test: export DDP_WORKSHOP_DATASET ?= synthetic
-test: export DDP_WORKSHOP_FULL_SIZE ?= 0
+# The browser drives a representative set here (tests/e2e says which); test-browser is the long
+# sweep that CI runs after make test: every other notebook in JupyterLab, and 20 DDP launches in
+# a row (tests marked `sweep`).
+test test-browser: export DDP_WORKSHOP_DATASET ?= synthetic
+test test-browser: export DDP_WORKSHOP_FULL_SIZE ?= 0
 test: lint browser
-	"$(BIN)/python" -m pytest tests $(NOTEBOOKS) --nbval-lax --nbval-current-env \
+	"$(BIN)/python" -m pytest tests $(NOTEBOOKS) -m "not sweep" --nbval-lax --nbval-current-env \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600 --durations=15
+
+test-browser: browser $(READY)
+	"$(BIN)/python" -m pytest tests -m sweep --durations=15
 
 # Programs, not tests: they print tables (and write build/bench/results.md). BENCH_ARGS passes
 # options, e.g. make bench BENCH_ARGS="--quick" or BENCH_ARGS="--only notebooks".
@@ -118,13 +125,13 @@ bench: $(READY)
 # pins; then, on the CPU, the tests that launch torchrun and every notebook, as make test runs them.
 COMPAT_VENV = $(CACHE_DIR)/compat-torch$(TORCH)-$(ENV_KEY)
 COMPAT_TESTS ?= tests/test_launch.py tests/test_multihost.py tests/test_clean_shutdown.py \
-	tests/test_slurm.py tests/test_hardware.py $(NOTEBOOKS)
+	tests/test_slurm.py tests/test_cluster.py tests/test_hardware.py tests/test_compat.py $(NOTEBOOKS)
 compat: export DDP_WORKSHOP_DATASET ?= synthetic
 compat: export DDP_WORKSHOP_FULL_SIZE ?= 0
 compat: export CUDA_VISIBLE_DEVICES ?=
 compat: $(COMPAT_VENV)/.ready
 	"$(COMPAT_VENV)/bin/python" ddp_lib/compat.py check
-	"$(COMPAT_VENV)/bin/python" -m pytest $(COMPAT_TESTS) --nbval-lax --nbval-current-env \
+	"$(COMPAT_VENV)/bin/python" -m pytest $(COMPAT_TESTS) -m "not sweep" --nbval-lax --nbval-current-env \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600 --durations=15
 
 $(COMPAT_VENV)/.ready:

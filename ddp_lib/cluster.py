@@ -23,22 +23,15 @@ from typing import Any
 
 import yaml
 
-from ddp_lib.launch import OWN_STORE_ENV
+from ddp_lib import torchrun
+from ddp_lib.torchrun import HOST, OWN_STORE_ENV, VARIABLE, check_int, check_port
 
-RDZV_BACKEND = "c10d"
-NPROC_WORDS = ("gpu", "cpu", "auto")  # torchrun's own non-numeric --nproc-per-node values
 PYTORCH_CONTAINER = "pytorch"  # the training operator finds the training container by this name
 OPERATOR_PORT_NAME = "pytorchjob-port"  # the operator reads MASTER_PORT from the port so named
 K8S_ENDPOINT = "$(MASTER_ADDR):$(MASTER_PORT)"
 SLURM_HEAD_NODE = "$HEAD_NODE"
 SLURM_JOB_ID = "$SLURM_JOB_ID"
 
-# A host or port may be a literal or a variable the shell ($NAME, ${NAME}) or Kubernetes
-# ($(NAME)) fills in on the machine.
-_VARIABLE = r"\$(?:\w+|\{\w+\}|\(\w+\))"
-_HOST = re.compile(rf"{_VARIABLE}|[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")
-_PORT = re.compile(rf"{_VARIABLE}|\d+")
-_NAME = re.compile(r"[A-Za-z0-9_.$(){}-]+")  # rendezvous ids: a word or a variable
 _K8S_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")  # DNS-1123 label (pod names)
 _SLURM_TIME = re.compile(r"(\d+-)?\d+(:\d{2}){0,2}")
 _SHELL_SAFE = re.compile(r"[\w@%+=:,./-]+")
@@ -69,24 +62,9 @@ def torchrun_command(
         max_restarts: how often torchrun restarts all workers after one fails.
     """
     _check_script(script)
-    _check_int("nnodes", nnodes, low=1)
-    _check_nproc(nproc_per_node)
-    _check_endpoint(rdzv_endpoint)
-    if not isinstance(rdzv_id, str) or not _NAME.fullmatch(rdzv_id):
-        raise ValueError(f"rdzv_id must be one word (letters, digits, '-', '_', '.') or a "
-                         f"variable like '$SLURM_JOB_ID', got {rdzv_id!r}")
-    _check_int("max_restarts", max_restarts, low=0)
-    return [
-        "torchrun",
-        f"--nnodes={nnodes}",
-        f"--nproc-per-node={nproc_per_node}",
-        f"--rdzv-backend={RDZV_BACKEND}",
-        f"--rdzv-endpoint={rdzv_endpoint}",
-        f"--rdzv-id={rdzv_id}",
-        f"--max-restarts={max_restarts}",
-        os.fspath(script),
-        *_script_args(args),
-    ]
+    return torchrun.command(script, nnodes=nnodes, nproc_per_node=nproc_per_node,
+                            rdzv_endpoint=rdzv_endpoint, rdzv_id=rdzv_id,
+                            max_restarts=max_restarts, args=args)
 
 
 def slurm_script(
@@ -126,11 +104,11 @@ def slurm_script(
         workdir: the job's working folder; ``None``: the folder ``sbatch`` is run from.
         output: the log file, relative to the working folder (``%j``: the job id).
     """
-    _check_int("nodes", nodes, low=1)
-    _check_int("gpus_per_node", gpus_per_node, low=0)
-    _check_int("cpus_per_task", cpus_per_task, low=1)
+    check_int("nodes", nodes, low=1)
+    check_int("gpus_per_node", gpus_per_node, low=0)
+    check_int("cpus_per_task", cpus_per_task, low=1)
     nproc = _nproc_for(nproc_per_node, gpus_per_node)
-    _check_port(port)
+    check_port(port)
     for name, value in (("job_name", job_name), ("partition", partition), ("output", output),
                         ("workdir", workdir)):
         if value is not None and (not isinstance(value, (str, os.PathLike))
@@ -216,11 +194,11 @@ def pytorchjob_manifest(
         port: the rendezvous port on the master pod.
         max_restarts: how often torchrun restarts the workers after a failure.
     """
-    _check_int("nodes", nodes, low=1)
-    _check_int("gpus_per_node", gpus_per_node, low=0)
-    _check_int("cpus_per_node", cpus_per_node, low=1)
+    check_int("nodes", nodes, low=1)
+    check_int("gpus_per_node", gpus_per_node, low=0)
+    check_int("cpus_per_node", cpus_per_node, low=1)
     nproc = _nproc_for(nproc_per_node, gpus_per_node)
-    _check_port(port)
+    check_port(port)
     if not isinstance(image, str) or not image or re.search(r"\s", image):
         raise ValueError(f"image must name a container image, e.g. "
                          f"'pytorch/pytorch:latest', got {image!r}")
@@ -292,7 +270,7 @@ def host_commands(
     (and the other hosts by theirs: the agents tell each other their host names).
     """
     hosts = _check_hosts(hosts)
-    _check_port(port)
+    check_port(port)
     command = torchrun_command(script, nnodes=len(hosts), nproc_per_node=nproc_per_node,
                                rdzv_endpoint=f"{hosts[0]}:{port}", args=args,
                                rdzv_id=rdzv_id, max_restarts=max_restarts)
@@ -343,30 +321,17 @@ def _check_script(script) -> None:
                          f"got {script!r}")
 
 
-def _check_int(name: str, value, *, low: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
-def _check_port(port) -> None:
-    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
-        raise ValueError(f"port must be an integer in [1, 65535], got {port!r}")
 
 
-def _check_nproc(nproc_per_node) -> None:
-    if nproc_per_node in NPROC_WORDS:
-        return
-    if not isinstance(nproc_per_node, int) or isinstance(nproc_per_node, bool) \
-            or nproc_per_node < 1:
-        raise ValueError(f"nproc_per_node must be an integer >= 1 or one of {NPROC_WORDS}, "
-                         f"got {nproc_per_node!r}")
 
 
 def _nproc_for(nproc_per_node: int | None, gpus_per_node: int) -> int:
     """Processes per node: one per GPU unless told otherwise, and never more than GPUs."""
     if nproc_per_node is None:
         return gpus_per_node or 1
-    _check_int("nproc_per_node", nproc_per_node, low=1)
+    check_int("nproc_per_node", nproc_per_node, low=1)
     if gpus_per_node and nproc_per_node > gpus_per_node:
         raise ValueError(f"nproc_per_node={nproc_per_node} > gpus_per_node={gpus_per_node}: "
                          "each process needs a GPU of its own. Ask for more GPUs or fewer "
@@ -374,13 +339,6 @@ def _nproc_for(nproc_per_node: int | None, gpus_per_node: int) -> int:
     return nproc_per_node
 
 
-def _check_endpoint(endpoint) -> None:
-    host, _, port = endpoint.rpartition(":") if isinstance(endpoint, str) else ("", "", "")
-    if not (host and _HOST.fullmatch(host) and _PORT.fullmatch(port)):
-        raise ValueError(f"rdzv_endpoint must look like 'host:port' (the host may be a "
-                         f"variable such as '$HEAD_NODE'), got {endpoint!r}")
-    if port.isdigit():
-        _check_port(int(port))
 
 
 def _check_hosts(hosts) -> list[str]:
@@ -388,7 +346,7 @@ def _check_hosts(hosts) -> list[str]:
         raise ValueError(f"hosts must be a list of host names, first the rendezvous host, "
                          f"got {hosts!r}")
     for host in hosts:
-        if not isinstance(host, str) or not _HOST.fullmatch(host) or host.startswith("$"):
+        if not isinstance(host, str) or not HOST.fullmatch(host) or host.startswith("$"):
             raise ValueError(f"host {host!r} is not a host name or address")
     if len(set(hosts)) != len(hosts):
         raise ValueError(f"hosts must be distinct machines, got {list(hosts)}; for more "
@@ -396,20 +354,13 @@ def _check_hosts(hosts) -> list[str]:
     return list(hosts)
 
 
-def _script_args(args: Sequence[str | int | float]) -> list[str]:
-    if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
-        raise ValueError(f"args must be a list of arguments, got {args!r}")
-    for arg in args:
-        if not isinstance(arg, (str, int, float)) or isinstance(arg, bool):
-            raise ValueError(f"each of args must be a string or a number, got {arg!r}")
-    return [str(arg) for arg in args]
 
 
 def _shell_word(word: str) -> str:
     """``word`` for a shell line: variables stay live inside double quotes, the rest quoted."""
     if _SHELL_SAFE.fullmatch(word):
         return word
-    if "$" in word and re.fullmatch(rf"(?:[\w@%+=:,./-]|{_VARIABLE})+", word):
+    if "$" in word and re.fullmatch(rf"(?:[\w@%+=:,./-]|{VARIABLE})+", word):
         return f'"{word}"'
     return shlex.quote(word)
 

@@ -1,53 +1,40 @@
 """Run a training script under ``torchrun`` as a subprocess of the notebook kernel.
 
 Every distributed run in the course is a real ``torchrun`` launch, the same command a user types
-on a cluster; this module only does the plumbing around it:
+on a cluster; ``launch`` and ``launch_nodes`` are the plumbing around it:
 
-* it checks the arguments before anything starts, and says how to fix them;
-* it lets the rendezvous pick a free port on the loopback address, so two launches at once
-  (from two notebooks) cannot collide;
-* it streams every rank's output into the cell as it is printed, each line prefixed with its rank
-  (torchrun's own ``--tee`` with a rank prefix, so the same command shows the same thing in a
-  terminal);
-* it returns a :class:`LaunchResult` (exit status, wall time, per-rank output, reported metrics);
+* they check the arguments before anything starts, and say how to fix them;
+* they build the command with ``ddp_lib.torchrun`` (what a person would type, plus the options
+  that label each line with its rank), with a rendezvous on the loopback address whose port the
+  system picks, so two launches at once (from two notebooks) cannot collide;
+* ``ddp_lib.supervise`` streams every rank's output into the cell as it is printed, and leaves
+  no process behind: not on success, failure, timeout, an interrupted cell or a dying kernel;
+* they return a :class:`LaunchResult` (exit status, wall time, per-rank output, reported
+  metrics), or raise with a message from ``ddp_lib.messages``: :class:`RankFailed` naming the
+  rank and its traceback, :class:`LaunchTimeout`, or :class:`LaunchError` when torchrun itself
+  refused to start;
 * :func:`launch_nodes` runs one job as several torchrun agents on this machine, each a
-  simulated node with its own cores (and GPUs), to show a multi-node launch from a notebook;
-* when a rank fails it raises :class:`RankFailed` naming the rank, with that rank's traceback;
-  a timeout raises :class:`LaunchTimeout`; an interrupted cell stops everything and re-raises;
-* no process outlives its launch. torchrun starts each worker in a session of its own, so killing
-  the agent's process group would orphan the workers: the agent is asked to stop first (SIGTERM,
-  it then stops its workers), and only after a grace period is every process the launch ever
-  started killed. The agent also gets SIGTERM if the kernel dies (Linux parent-death signal).
+  simulated node with its own cores (and GPUs), to show a multi-node launch from a notebook.
 """
 
 from __future__ import annotations
 
 import os
-import queue
 import re
 import shlex
-import signal
 import socket
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
+from ddp_lib import hardware, messages, metrics, supervise, torchrun
+from ddp_lib.supervise import Agent, Line
 
-from ddp_lib import hardware, metrics
+__all__ = ["LaunchError", "LaunchResult", "LaunchTimeout", "Line", "RankFailed", "launch",
+           "launch_nodes"]
 
-RANK_PREFIX = re.compile(r"^\[rank(\d+)\]: ?")
-AGENT = "torchrun"
-STOP_GRACE_S = 10.0
-# By default torchrun lets its workers share its rendezvous store. After a restart that store
-# still holds the failed attempt's addresses, and a worker that reads one before its peer has
-# replaced it dials a dead process (pytorch/pytorch#135712). So every launch gives the workers
-# their own store.
-OWN_STORE_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 _run_counter = 0
 
 
@@ -70,20 +57,6 @@ class RankFailed(LaunchError):
 
 class LaunchTimeout(LaunchError):
     """The launch ran past its ``timeout`` and was stopped."""
-
-
-@dataclass
-class Line:
-    """One line of output: who printed it (``"rank0"``, ``"torchrun"``), on which stream.
-
-    ``node`` tells which torchrun agent the line came through (always 0 on one node); rank
-    numbers are global, so ``"rank3"`` is the same process whichever node it runs on.
-    """
-
-    source: str
-    stream: str
-    text: str
-    node: int = 0
 
 
 @dataclass
@@ -122,9 +95,14 @@ class LaunchResult:
         return [(m["step"], m["value"]) for m in self.metrics
                 if m["name"] == name and m["rank"] == rank]
 
+    def records(self, name: str, rank: int | None = None) -> list[dict]:
+        """Every record reported under ``name`` (by ``rank`` only, if given), in order."""
+        return [m for m in self.metrics
+                if m["name"] == name and (rank is None or m["rank"] == rank)]
+
     def ranks(self) -> list[int]:
         """The ranks that printed or reported anything."""
-        found = {int(line.source[4:]) for line in self.lines if line.source.startswith("rank")}
+        found = {line.rank for line in self.lines if line.rank is not None}
         found.update(m["rank"] for m in self.metrics)
         return sorted(found)
 
@@ -135,7 +113,6 @@ def launch(
     args: Sequence[str | int | float] = (),
     nproc_per_node: int | None = None,
     nnodes: int = 1,
-    node_rank: int = 0,
     rdzv_endpoint: str | None = None,
     local_addr: str | None = None,
     backend: str | None = None,
@@ -153,7 +130,6 @@ def launch(
         args: command-line arguments for the script.
         nproc_per_node: processes on this machine; ``None``: one per GPU, else 2 on the CPU.
         nnodes: number of machines (torchrun agents) taking part.
-        node_rank: this machine's index in ``[0, nnodes)``.
         rdzv_endpoint: ``host:port`` of the rendezvous; needed when ``nnodes > 1``. For one
             node the default is the loopback address with a port the system picks.
         local_addr: the address this node advertises to the others; ``127.0.0.1`` by default
@@ -178,19 +154,16 @@ def launch(
         KeyboardInterrupt: the cell was interrupted; every process was stopped first.
     """
     script = Path(script)
-    plan = _check_arguments(script, nproc_per_node, nnodes, node_rank, rdzv_endpoint, backend,
+    plan = _check_arguments(script, nproc_per_node, nnodes, rdzv_endpoint, backend,
                             timeout, max_restarts, env)
     run_dir, metrics_file = _prepare_run_dir(script, run_dir)
 
     if nnodes == 1:
         rdzv_endpoint = rdzv_endpoint or "127.0.0.1:0"
         local_addr = local_addr or "127.0.0.1"
-    command = _torchrun_command(script, args, plan.nproc_per_node, nnodes, node_rank,
-                                rdzv_endpoint, local_addr, max_restarts, run_dir / "torchrun")
-    result = LaunchResult(script=script, command=command, run_dir=run_dir)
-    env = _child_env(env, backend, metrics_file)
-    _supervise(result, [_Agent(command, env)], timeout, stream)
-    return _finish(result, metrics_file, timeout, check)
+    agent = _agent(script, args, plan.nproc_per_node, nnodes, rdzv_endpoint, local_addr,
+                   max_restarts, run_dir, "torchrun", _child_env(env, backend, metrics_file))
+    return _run(script, [agent], run_dir, metrics_file, timeout, stream, check)
 
 
 def launch_nodes(
@@ -231,7 +204,7 @@ def launch_nodes(
     if not isinstance(nnodes, int) or isinstance(nnodes, bool) or nnodes < 2:
         raise ValueError(f"launch_nodes needs nnodes >= 2, got {nnodes!r}; use launch() for one.")
     total = nproc_per_node * nnodes if isinstance(nproc_per_node, int) else nproc_per_node
-    plan = _check_arguments(script, total, 1, 0, None, backend, timeout, max_restarts, env)
+    plan = _check_arguments(script, total, 1, None, backend, timeout, max_restarts, env)
     run_dir, metrics_file = _prepare_run_dir(script, run_dir)
 
     endpoint = f"127.0.0.1:{_free_port()}"
@@ -239,37 +212,64 @@ def launch_nodes(
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     agents = []
     for node in range(nnodes):
-        command = _torchrun_command(script, args, nproc_per_node, nnodes, node, endpoint,
-                                    "127.0.0.1", max_restarts, run_dir / f"torchrun-node{node}")
         node_env = dict(base_env)
         if plan.backend == "nccl":
             gpus = range(node * nproc_per_node, (node + 1) * nproc_per_node)
             node_env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
-        agents.append(_Agent(command, node_env, _share(cores, node, nnodes)))
-    result = LaunchResult(script=script, command=agents[0].command, run_dir=run_dir)
-    _supervise(result, agents, timeout, stream)
-    return _finish(result, metrics_file, timeout, check)
+        agents.append(_agent(script, args, nproc_per_node, nnodes, endpoint, "127.0.0.1",
+                             max_restarts, run_dir, f"torchrun-node{node}", node_env,
+                             _share(cores, node, nnodes)))
+    return _run(script, agents, run_dir, metrics_file, timeout, stream, check)
 
 
-def _torchrun_command(script: Path, args: Sequence, nproc_per_node: int, nnodes: int,
-                      node_rank: int, rdzv_endpoint: str, local_addr: str | None,
-                      max_restarts: int, log_dir: Path) -> list[str]:
-    return [
-        sys.executable, "-m", "torch.distributed.run",
-        f"--nnodes={nnodes}",
-        f"--nproc-per-node={nproc_per_node}",
-        f"--node-rank={node_rank}",
-        "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={rdzv_endpoint}",
-        *([f"--local-addr={local_addr}"] if local_addr else []),
-        f"--max-restarts={max_restarts}",
-        "--monitor-interval=0.1",
-        f"--log-dir={log_dir}",
-        "--tee=3",
-        "--log-line-prefix-template=[rank${rank}]: ",
-        str(script),
-        *(str(a) for a in args),
-    ]
+def _agent(script: Path, args: Sequence, nproc_per_node: int, nnodes: int, rdzv_endpoint: str,
+           local_addr: str | None, max_restarts: int, run_dir: Path, logs: str,
+           env: dict[str, str], cores: list[int] | None = None) -> Agent:
+    """One torchrun agent of this launch: the command a person would type, plus supervision."""
+    options, label_env = torchrun.supervision(run_dir / logs)
+    command = torchrun.command(script, nproc_per_node=nproc_per_node, nnodes=nnodes,
+                               rdzv_endpoint=rdzv_endpoint, rdzv_id=_rdzv_id(run_dir),
+                               local_addr=local_addr, max_restarts=max_restarts, args=args,
+                               options=options)
+    command = [sys.executable, "-m", "torch.distributed.run", *command[1:]]
+    return Agent(command, {**env, **label_env}, cores or [])
+
+
+def _rdzv_id(run_dir: Path) -> str:
+    """The run's folder name as its rendezvous id: torchrun names its log folder after it."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", run_dir.resolve().name)
+
+
+def _run(script: Path, agents: list[Agent], run_dir: Path, metrics_file: Path, timeout: float,
+         stream: bool, check: bool) -> LaunchResult:
+    """The one run path of every launch, on one node or several."""
+    if stream:
+        for node, agent in enumerate(agents):
+            where = f"# node {node}: " if len(agents) > 1 else ""
+            print(f"{where}$ {_shown(agent)}", flush=True)
+    outcome = supervise.run(agents, timeout=timeout, stream=stream, name=script.name)
+    result = LaunchResult(script=script, command=agents[0].command, run_dir=run_dir,
+                          returncode=outcome.returncode, wall_time=outcome.wall_time,
+                          lines=outcome.lines, metrics=metrics.read(metrics_file),
+                          timed_out=outcome.timed_out)
+    if result.timed_out:
+        raise LaunchTimeout(messages.timeout_message(result, timeout), result)
+    if result.returncode != 0 and check:
+        complaint = messages.refusal(result)
+        if complaint:
+            raise LaunchError(messages.refusal_message(result, complaint), result)
+        rank, exitcode = messages.root_cause(result)
+        raise RankFailed(messages.failure_message(result, rank, exitcode), result, rank,
+                         exitcode)
+    return result
+
+
+def _shown(agent: Agent) -> str:
+    """The agent's command as a person would type it: settings that matter, then ``torchrun``."""
+    settings = "".join(f"{k}={shlex.quote(agent.env[k])} "
+                       for k in (*torchrun.OWN_STORE_ENV, torchrun.RANK_LABEL_ENV)
+                       if k in agent.env)
+    return f"{settings}torchrun {shlex.join(agent.command[3:])}"
 
 
 def _free_port() -> int:
@@ -287,36 +287,19 @@ def _share(cores: list[int], node: int, nnodes: int) -> list[int]:
     return cores[node * per_node:(node + 1) * per_node]
 
 
-def _finish(result: LaunchResult, metrics_file: Path, timeout: float,
-            check: bool) -> LaunchResult:
-    result.metrics = metrics.read(metrics_file)
-    if result.timed_out:
-        raise LaunchTimeout(_timeout_message(result, timeout), result)
-    if result.returncode != 0 and check:
-        rank, exitcode = _root_cause(result)
-        raise RankFailed(_failure_message(result, rank, exitcode), result, rank, exitcode)
-    return result
-
-
-def _check_arguments(script: Path, nproc_per_node, nnodes, node_rank, rdzv_endpoint, backend,
-                     timeout, max_restarts, env) -> hardware.Plan:
+def _check_arguments(script: Path, nproc_per_node, nnodes, rdzv_endpoint, backend, timeout,
+                     max_restarts, env) -> hardware.Plan:
     if not script.is_file():
         raise FileNotFoundError(f"No script at {script.resolve()}. Write it first "
                                 "(ddp_lib.write_script or the %%write_script cell magic).")
     plan = hardware.plan(nproc_per_node, backend)
-    for name, value, low in (("nnodes", nnodes, 1), ("node_rank", node_rank, 0),
-                             ("max_restarts", max_restarts, 0)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    if node_rank >= nnodes:
-        raise ValueError(f"node_rank must be in [0, nnodes) = [0, {nnodes}), got {node_rank}. "
-                         "Number the machines 0, 1, ..., nnodes-1.")
+    torchrun.check_int("nnodes", nnodes, low=1)
+    torchrun.check_int("max_restarts", max_restarts, low=0)
     if nnodes > 1 and not rdzv_endpoint:
         raise ValueError("With nnodes > 1 every node must be given the same rdzv_endpoint "
                          "('host:port' of node 0, reachable from all nodes).")
-    if rdzv_endpoint is not None and not re.fullmatch(r"[^:\s]+:\d+|\[[0-9a-fA-F:]+\]:\d+",
-                                                      rdzv_endpoint):
-        raise ValueError(f"rdzv_endpoint must look like 'host:port', got {rdzv_endpoint!r}")
+    if rdzv_endpoint is not None:
+        torchrun.check_endpoint(rdzv_endpoint)
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     for key, value in (env or {}).items():
@@ -352,271 +335,6 @@ def _child_env(extra: Mapping[str, str] | None, backend: str | None,
     env[metrics.ENV_VAR] = str(metrics_file)
     if backend:
         env["DDP_BACKEND"] = backend
-    env.update(OWN_STORE_ENV)  # see OWN_STORE_ENV; shown in the printed command
+    env.update(torchrun.OWN_STORE_ENV)  # see there; shown in the printed command
     env.update(extra or {})
     return env
-
-
-@dataclass
-class _Agent:
-    """One torchrun agent to start: its command, environment and (optionally) its CPU cores."""
-
-    command: list[str]
-    env: dict[str, str]
-    cores: list[int] = field(default_factory=list)
-
-
-def _supervise(result: LaunchResult, agents: list[_Agent], timeout: float, stream: bool) -> None:
-    """Start the agents, relay their lines until all are done, and leave no process behind.
-
-    If one agent fails while others still run (a node whose workers crashed), the others are
-    stopped at once: their workers would otherwise wait for the lost ranks until the timeout.
-    """
-    multi = len(agents) > 1
-    if stream:
-        for node, agent in enumerate(agents):
-            where = f"# node {node}: " if multi else ""
-            settings = "".join(f"{k}={v} " for k, v in OWN_STORE_ENV.items()
-                               if agent.env.get(k) == v)
-            print(f"{where}$ {settings}torchrun {shlex.join(agent.command[3:])}", flush=True)
-    lines: queue.Queue = queue.Queue()
-    procs: list[subprocess.Popen] = []
-    watchers: list[_ProcessWatcher] = []
-    echo = _Echo(stream, multi)
-    start = time.monotonic()
-    try:
-        for node, agent in enumerate(agents):
-            proc = subprocess.Popen(
-                agent.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, env=agent.env, start_new_session=True,
-                preexec_fn=_prepare_child(agent.cores),
-            )
-            procs.append(proc)
-            watchers.append(_ProcessWatcher(proc.pid))
-            for pipe, name in ((proc.stdout, "stdout"), (proc.stderr, "stderr")):
-                threading.Thread(target=_read_lines, args=(pipe, name, node, lines),
-                                 daemon=True).start()
-        open_streams = 2 * len(procs)
-        while open_streams:
-            try:
-                item = lines.get(timeout=0.1)
-            except queue.Empty:
-                for watcher in watchers:
-                    watcher.refresh()
-                if not result.timed_out and time.monotonic() - start > timeout:
-                    result.timed_out = True
-                    _stop_all(procs, watchers)
-                elif multi and any(p.poll() not in (None, 0) for p in procs):
-                    _stop_all(procs, watchers)
-                continue
-            if item is None:
-                open_streams -= 1
-                continue
-            line = _parse(*item)
-            result.lines.append(line)
-            echo(line)
-        for proc in procs:
-            proc.wait()
-    except KeyboardInterrupt:
-        _stop_all(procs, watchers)
-        raise KeyboardInterrupt(f"Launch of {result.script.name} interrupted: torchrun and all "
-                                "its workers were stopped.") from None
-    except BaseException as exc:
-        _stop_all(procs, watchers)
-        print(f"\nLaunch of {result.script.name} ended by {exc!r}: torchrun and all its workers "
-              "were stopped.", file=sys.stderr, flush=True)
-        raise
-    finally:
-        for watcher in watchers:
-            watcher.kill_leftovers()
-    result.wall_time = time.monotonic() - start
-    codes = [proc.returncode for proc in procs]
-    result.returncode = next((code for code in codes if code != 0), 0)
-
-
-def _prepare_child(cores: list[int]):
-    """A ``preexec_fn`` for an agent: pin it to ``cores`` (when given) and, on Linux, have the
-    kernel send it SIGTERM if this process (the notebook's kernel) dies."""
-    parent = os.getpid()
-    linux = sys.platform.startswith("linux")
-    libc = None
-    if linux:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-
-    def prepare() -> None:
-        if cores:
-            os.sched_setaffinity(0, cores)
-        if libc is not None:
-            libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-            if os.getppid() != parent:  # the parent died before prctl took effect
-                os.kill(os.getpid(), signal.SIGTERM)
-
-    return prepare
-
-
-class _ProcessWatcher:
-    """Remembers every process the launch started, even after torchrun is gone.
-
-    Workers live in sessions of their own and are re-parented when the agent dies, so the tree
-    is read while it is intact, and anything still alive at the end is killed.
-    """
-
-    def __init__(self, pid: int):
-        self.root = psutil.Process(pid)
-        self.seen: dict[int, psutil.Process] = {pid: self.root}
-
-    def refresh(self) -> None:
-        try:
-            for child in self.root.children(recursive=True):
-                self.seen.setdefault(child.pid, child)
-        except psutil.Error:
-            pass
-
-    def alive(self) -> list[psutil.Process]:
-        return [p for p in self.seen.values() if _running(p)]
-
-    def kill_leftovers(self) -> None:
-        self.refresh()
-        leftovers = self.alive()
-        for p in leftovers:
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
-        psutil.wait_procs(leftovers, timeout=5)
-
-
-def _running(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _stop_all(procs: list[subprocess.Popen], watchers: list[_ProcessWatcher]) -> None:
-    """SIGTERM to every torchrun (each stops its workers), then SIGKILL to whatever is left."""
-    for watcher in watchers:
-        watcher.refresh()
-    for proc in procs:
-        if proc.poll() is None:
-            try:
-                proc.send_signal(signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-    deadline = time.monotonic() + STOP_GRACE_S
-    for proc in procs:
-        try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
-    for watcher in watchers:
-        watcher.kill_leftovers()
-    for proc in procs:
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-
-
-def _read_lines(pipe, stream: str, node: int, out: queue.Queue) -> None:
-    with pipe:
-        for raw in iter(pipe.readline, b""):
-            out.put((stream, raw.decode("utf-8", errors="replace").rstrip("\r\n"), node))
-    out.put(None)
-
-
-def _parse(stream: str, text: str, node: int = 0) -> Line:
-    match = RANK_PREFIX.match(text)
-    if not match:
-        return Line(AGENT, stream, text, node)
-    rank = match.group(1)
-    text = text[match.end():]
-    # PyTorch prefixes uncaught exceptions in workers with the rank itself: drop the repeat.
-    repeat = f"[rank{rank}]: "
-    if text.startswith(repeat):
-        text = text[len(repeat):]
-    return Line(f"rank{rank}", stream, text, node)
-
-
-class _Echo:
-    """Prints lines into the cell, one write per line so ranks never interleave mid-line.
-
-    torchrun's own Python traceback after a failed worker is kept in the result but not shown:
-    the error raised by ``launch`` says what failed, and it is shorter.
-    """
-
-    def __init__(self, enabled: bool, multi_node: bool = False):
-        self.enabled = enabled
-        self.multi_node = multi_node
-        self.agent_traceback: set[int] = set()
-
-    def __call__(self, line: Line) -> None:
-        agent = line.source == AGENT
-        if agent and line.text.startswith("Traceback (most recent call last)"):
-            self.agent_traceback.add(line.node)
-        if not self.enabled or (agent and line.node in self.agent_traceback):
-            return
-        source = f"{line.source} node{line.node}" if agent and self.multi_node else line.source
-        target = sys.stderr if line.stream == "stderr" else sys.stdout
-        target.write(f"[{source}] {line.text}\n")
-        target.flush()
-
-
-_ROOT_CAUSE = re.compile(
-    r"Root Cause.*?rank\s*:\s*(-?\d+).*?exitcode\s*:\s*(-?\d+)", re.DOTALL)
-
-
-def _root_cause(result: LaunchResult) -> tuple[int | None, int | None]:
-    """The first rank that failed and its exit code, from torchrun's failure report."""
-    match = _ROOT_CAUSE.search(result.output(AGENT))
-    if not match:
-        return None, result.returncode
-    return int(match.group(1)), int(match.group(2))
-
-
-def _traceback(text: str) -> str:
-    start = text.rfind("Traceback (most recent call last)")
-    return text[start:] if start >= 0 else ""
-
-
-def _exit_description(exitcode: int | None) -> str:
-    if exitcode is not None and exitcode < 0:
-        try:
-            name = signal.Signals(-exitcode).name
-        except ValueError:
-            name = f"signal {-exitcode}"
-        hint = " (out of memory, or killed by hand?)" if name == "SIGKILL" else ""
-        return f"was killed by {name}{hint}"
-    return f"exited with code {exitcode}"
-
-
-def _failure_message(result: LaunchResult, rank: int | None, exitcode: int | None) -> str:
-    who = f"Rank {rank}" if rank is not None else "torchrun"
-    text = result.output(rank if rank is not None else AGENT, stream="stderr")
-    tb = _traceback(text) or "\n".join(text.splitlines()[-15:])
-    parts = [f"{who} {_exit_description(exitcode)} while running {result.script.name} "
-             f"(launch ended after {result.wall_time:.1f} s)."]
-    if tb:
-        parts.append(f"Its error output:\n{_indent(tb)}")
-    parts.append(f"All output: result.output(); torchrun's logs: {result.run_dir / 'torchrun'}")
-    return "\n".join(parts)
-
-
-def _timeout_message(result: LaunchResult, timeout: float) -> str:
-    parts = [f"{result.script.name} did not finish within timeout={timeout:g} s; torchrun and "
-             "all its workers were stopped."]
-    ranks = result.ranks()
-    if not ranks:
-        parts.append("No rank printed anything: did every process reach the rendezvous "
-                     "(all nodes started, the endpoint reachable)?")
-    for rank in ranks:
-        tail = result.output(rank).splitlines()[-3:]
-        if tail:
-            parts.append(f"Last lines of rank {rank}:\n{_indent(chr(10).join(tail))}")
-    return "\n".join(parts)
-
-
-def _indent(text: str) -> str:
-    return "\n".join("    " + line for line in text.splitlines())

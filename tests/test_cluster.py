@@ -35,7 +35,7 @@ def test_torchrun_command_lists_every_option():
                                        rdzv_endpoint="$HEAD_NODE:29500", args=ARGS)
     assert command == ["torchrun", "--nnodes=2", "--nproc-per-node=4", "--rdzv-backend=c10d",
                        "--rdzv-endpoint=$HEAD_NODE:29500", "--rdzv-id=ddp-workshop",
-                       "--max-restarts=0", "train.py", "--epochs", "3", "--lr", "0.1"]
+                       "train.py", "--epochs", "3", "--lr", "0.1"]  # defaults left out
     gpu = cluster.torchrun_command("t.py", nnodes=1, nproc_per_node="gpu",
                                    rdzv_endpoint="$(MASTER_ADDR):$(MASTER_PORT)", max_restarts=3)
     assert "--nproc-per-node=gpu" in gpu and "--max-restarts=3" in gpu
@@ -55,7 +55,7 @@ def test_torchrun_command_lists_every_option():
     ({"rdzv_id": "my job"}, "rdzv_id"),
     ({"max_restarts": -1}, "max_restarts"),
     ({"args": "--epochs 3"}, "list of arguments"),
-    ({"args": [None]}, "string or a number"),
+    ({"args": [None]}, "a string, a number or a path"),
 ])
 def test_torchrun_command_rejects_bad_arguments(kwargs, message):
     given = {"script": "train.py", "nnodes": 2, "nproc_per_node": 2,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import command_line, processes_mentioning, wait_until_gone
 
-from ddp_lib import LaunchTimeout, RankFailed, launch, launch_nodes
+from ddp_lib import LaunchError, LaunchTimeout, RankFailed, launch, launch_nodes, torchrun
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,7 +72,7 @@ def test_launch_streams_ranks_and_collects_metrics(make_script, capsys):
     shown = capsys.readouterr()
     assert "[rank1] rank 1 of 2 got 3" in shown.out
     assert "[rank0] warning from rank 0" in shown.err
-    assert "$ TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun" in shown.out
+    assert shown.out.startswith("$ TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 ")
     assert "127.0.0.1:0" in shown.out
     assert (result.run_dir / "torchrun").is_dir()  # torchrun's logs stay with the launch
 
@@ -157,8 +157,9 @@ def test_launch_nodes_runs_one_job_over_two_simulated_machines(make_script, caps
         first, second = (set(m["cores"]) for m in records)
         assert first and second and not first & second
     shown = capsys.readouterr().out
-    assert "# node 0: $ TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --nnodes=2" in shown
-    assert "# node 1: $ TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun" in shown
+    assert "# node 0: $ TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 " in shown
+    assert "# node 1: $ TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 " in shown
+    assert "torchrun --nnodes=2" in shown
     assert (result.run_dir / "torchrun-node1").is_dir()
 
 
@@ -284,8 +285,8 @@ def test_two_launches_at_once_do_not_collide(make_script, workdir):
     [
         ({"nproc_per_node": 0}, "nproc_per_node must be an integer >= 1"),
         ({"nproc_per_node": "2"}, "nproc_per_node must be an integer >= 1"),
-        ({"nnodes": 2, "node_rank": 2, "rdzv_endpoint": "h:1"}, "node_rank must be in [0, nnodes)"),
-        ({"node_rank": -1}, "node_rank must be an integer >= 0"),
+        ({"nnodes": 0}, "nnodes must be an integer >= 1"),
+        ({"max_restarts": -1}, "max_restarts must be an integer >= 0"),
         ({"nnodes": 2}, "every node must be given the same rdzv_endpoint"),
         ({"rdzv_endpoint": "no-port"}, "rdzv_endpoint must look like 'host:port'"),
         ({"timeout": 0}, "timeout must be a positive number"),
@@ -313,3 +314,67 @@ def test_nccl_without_a_gpu_per_process_is_refused(make_script):
 def test_missing_script_is_refused(workdir):
     with pytest.raises(FileNotFoundError, match="No script at"):
         launch(workdir / "nope.py", nproc_per_node=1)
+
+
+def test_torchrun_accepts_is_read_from_the_installed_parser():
+    from torch.distributed.run import get_args_parser
+
+    assert torchrun.accepts("--nproc-per-node")
+    assert torchrun.accepts("--max-restarts")  # an option with an int value
+    assert not torchrun.accepts("--no-such-option")
+    assert torchrun.default("--max-restarts") == 0
+    help_text = get_args_parser().format_help()
+    assert torchrun.accepts(torchrun.RANK_LABEL_OPTION) == (torchrun.RANK_LABEL_OPTION in help_text)
+
+
+def _as_older_torchrun(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make ddp_lib see a torchrun without the rank-label option, as torch 2.11's and older."""
+    accepts = torchrun.accepts
+    monkeypatch.setattr(torchrun, "accepts",
+                        lambda option: option != torchrun.RANK_LABEL_OPTION and accepts(option))
+
+
+@pytest.mark.parametrize("kind", ["with the option", "without the option"])
+def test_ranks_are_labelled_with_or_without_the_prefix_option(make_script, capsys, monkeypatch,
+                                                               kind):
+    if kind == "with the option":
+        if not torchrun.accepts(torchrun.RANK_LABEL_OPTION):
+            pytest.skip(f"this torchrun has no {torchrun.RANK_LABEL_OPTION}")
+    else:
+        _as_older_torchrun(monkeypatch)
+    script = make_script("allreduce.py", ALL_REDUCE)
+    result = launch(script, nproc_per_node=2, backend="gloo", timeout=120)
+    assert result.ranks() == [0, 1]
+    assert "rank 1 of 2 got 3" in result.output(1)
+    assert {line.rank for line in result.lines if "got 3" in line.text} == {0, 1}
+    shown = capsys.readouterr().out.splitlines()[0]
+    uses_option = any(a.startswith(torchrun.RANK_LABEL_OPTION) for a in result.command)
+    assert uses_option == (kind == "with the option")
+    assert (torchrun.RANK_LABEL_ENV in shown) == (not uses_option)
+
+
+def test_launch_nodes_labels_every_rank_with_its_node_without_the_prefix_option(
+        make_script, monkeypatch):
+    # Lesson 06 checks that both nodes' ranks are shown; that must not depend on torch's release.
+    _as_older_torchrun(monkeypatch)
+    script = make_script("nodes.py", "import os; print('from rank', os.environ['RANK'])\n")
+    result = launch_nodes(script, nnodes=2, nproc_per_node=1, stream=False, timeout=120)
+    ranks_by_node = {(line.node, line.rank) for line in result.lines
+                     if line.text.startswith("from rank")}
+    assert {rank for _, rank in ranks_by_node} == {0, 1}
+    assert {node for node, _ in ranks_by_node} == {0, 1}  # one rank came through each agent
+
+
+def test_torchrun_refusing_its_command_line_is_named(make_script, monkeypatch):
+    # What torch 2.11's torchrun did with a newer option: no worker ever ran. The message must
+    # blame torchrun's command line, not a rank.
+    supervision = torchrun.supervision
+    monkeypatch.setattr(torchrun, "supervision", lambda log_dir: (
+        ["--no-such-option=1", *supervision(log_dir)[0]], supervision(log_dir)[1]))
+    script = make_script("allreduce.py", ALL_REDUCE)
+    with pytest.raises(LaunchError) as caught:
+        launch(script, nproc_per_node=2, stream=False, timeout=120)
+    assert not isinstance(caught.value, RankFailed)
+    message = str(caught.value)
+    assert message.startswith("torchrun refused its command line")
+    assert "--no-such-option" in message

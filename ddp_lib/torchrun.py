@@ -1,0 +1,183 @@
+"""The ``torchrun`` command: built in one place, for the launches here and the job files there.
+
+``command`` writes what a person would type: the options that change something, each of which a
+lesson explains, and nothing that only restates a default. A launch from a notebook adds the
+options of ``supervision`` (logs, output copied with a rank label), which only serve the
+notebook. Which options exist, and what they default to, is read from the installed torchrun's
+own parser rather than from its version: the course runs on the torch a cluster ships, often a
+year or more old.
+
+The rendezvous is always ``c10d`` with an endpoint and a named ``--rdzv-id``. ``--standalone``
+is the short form of that on one machine, but it replaces any id with a random one, so torchrun's
+logs of every run would land in anonymous folders; with the endpoint ``127.0.0.1:0`` the system
+picks a free port just the same, and the one-node command differs from the multi-node one only
+in ``--nnodes`` and the endpoint's host.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+RDZV_BACKEND = "c10d"
+NPROC_WORDS = ("gpu", "cpu", "auto")  # torchrun's own non-numeric --nproc-per-node values
+# By default torchrun lets its workers share its rendezvous store. After a restart that store
+# still holds the failed attempt's addresses, and a worker that reads one before its peer has
+# replaced it dials a dead process (pytorch/pytorch#135712). So every launch and every job file
+# gives the workers their own store.
+OWN_STORE_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+RANK_LABEL = "[rank${rank}]: "  # torchrun fills in the global rank
+RANK_PREFIX = re.compile(r"^\[rank(\d+)\]: ?")
+# The label is a command-line option only in recent torchrun; every torchrun of the supported
+# range reads it from this variable, which the option merely overrides.
+RANK_LABEL_OPTION = "--log-line-prefix-template"
+RANK_LABEL_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
+MONITOR_INTERVAL_S = 0.1  # how often the agent looks at its workers: a failure ends a launch fast
+
+# A host or port may be a literal or a variable the shell ($NAME, ${NAME}) or Kubernetes
+# ($(NAME)) fills in on the machine.
+VARIABLE = r"\$(?:\w+|\{\w+\}|\(\w+\))"
+HOST = re.compile(rf"{VARIABLE}|[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")
+_PORT = re.compile(rf"{VARIABLE}|\d+")
+_NAME = re.compile(r"[A-Za-z0-9_.$(){}-]+")  # rendezvous ids: a word or a variable
+
+
+def command(
+    script: str | os.PathLike,
+    *,
+    nproc_per_node: int | str,
+    rdzv_endpoint: str,
+    rdzv_id: str,
+    nnodes: int = 1,
+    max_restarts: int = 0,
+    local_addr: str | None = None,
+    args: Sequence[str | int | float | os.PathLike] = (),
+    options: Sequence[str] = (),
+) -> list[str]:
+    """The ``torchrun`` command for one machine of a job, as a list of words.
+
+    Args:
+        script: the training script.
+        nproc_per_node: processes on the machine: a number, or ``"gpu"``, ``"cpu"``, ``"auto"``.
+        rdzv_endpoint: ``host:port`` every agent of the job connects to; the host may be a
+            variable that the machine fills in (``"$HEAD_NODE:29500"``); port 0 on one machine
+            lets the system choose.
+        rdzv_id: a name shared by the agents of one job and no other job at the endpoint.
+        nnodes: machines (torchrun agents) in the job.
+        max_restarts: how often torchrun restarts all workers after one fails.
+        local_addr: the address this agent advertises to the others (``None``: its host name).
+        args: the script's own arguments.
+        options: more torchrun options, e.g. ``supervision``'s, put before the script.
+
+    Raises:
+        ValueError: an argument that would give a broken command, with what is expected.
+    """
+    check_int("nnodes", nnodes, low=1)
+    check_nproc(nproc_per_node)
+    check_endpoint(rdzv_endpoint)
+    if not isinstance(rdzv_id, str) or not _NAME.fullmatch(rdzv_id):
+        raise ValueError(f"rdzv_id must be one word (letters, digits, '-', '_', '.') or a "
+                         f"variable like '$SLURM_JOB_ID', got {rdzv_id!r}")
+    check_int("max_restarts", max_restarts, low=0)
+    return [
+        "torchrun",
+        *([f"--nnodes={nnodes}"] if nnodes != 1 else []),
+        f"--nproc-per-node={nproc_per_node}",
+        f"--rdzv-backend={RDZV_BACKEND}",
+        f"--rdzv-endpoint={rdzv_endpoint}",
+        f"--rdzv-id={rdzv_id}",
+        *([f"--local-addr={local_addr}"] if local_addr else []),
+        *([f"--max-restarts={max_restarts}"] if max_restarts else []),
+        *options,
+        os.fspath(script),
+        *script_args(args),
+    ]
+
+
+def supervision(log_dir: Path) -> tuple[list[str], dict[str, str]]:
+    """The options and environment a notebook's launch adds to ``command``.
+
+    torchrun writes each worker's output to ``log_dir`` and copies it to its own (``--tee``),
+    each line labelled ``[rankN]: `` so that the notebook can tell the ranks apart; and it looks
+    at its workers every ``MONITOR_INTERVAL_S`` where its default is slower.
+    """
+    options = [f"--log-dir={log_dir}", "--tee=3"]
+    env: dict[str, str] = {}
+    if accepts(RANK_LABEL_OPTION):
+        options.append(f"{RANK_LABEL_OPTION}={RANK_LABEL}")
+    else:
+        env[RANK_LABEL_ENV] = RANK_LABEL
+    if default("--monitor-interval") > MONITOR_INTERVAL_S:
+        options.append(f"--monitor-interval={MONITOR_INTERVAL_S:g}")
+    return options, env
+
+
+def accepts(option: str) -> bool:
+    """Whether the installed torchrun has ``option`` (e.g. ``"--log-line-prefix-template"``).
+
+    Asked of torchrun's own argument parser, so the answer holds for whichever torch is installed
+    (an option that a release added, renamed or removed), where a version check would guess.
+    """
+    return _setting(option) in _defaults()
+
+
+def default(option: str) -> Any:
+    """The installed torchrun's default value for ``option`` (``KeyError`` if it has none)."""
+    return _defaults()[_setting(option)]
+
+
+def _setting(option: str) -> str:
+    return option.lstrip("-").replace("-", "_")
+
+
+@functools.cache
+def _defaults() -> dict[str, Any]:
+    """Every setting torchrun's parser fills in (one per option), with its default."""
+    from torch.distributed.run import get_args_parser
+
+    known, _ = get_args_parser().parse_known_args(["script.py"])
+    return vars(known)
+
+
+def check_int(name: str, value: Any, *, low: int) -> None:
+    """Refuse anything but an integer (``bool`` included) of at least ``low``."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
+def check_nproc(nproc_per_node: Any) -> None:
+    if nproc_per_node in NPROC_WORDS:
+        return
+    if not isinstance(nproc_per_node, int) or isinstance(nproc_per_node, bool) \
+            or nproc_per_node < 1:
+        raise ValueError(f"nproc_per_node must be an integer >= 1 or one of {NPROC_WORDS}, "
+                         f"got {nproc_per_node!r}")
+
+
+def check_port(port: Any, *, low: int = 1) -> None:
+    """A TCP port; ``low=0`` admits 0, which asks the system for a free one."""
+    if not isinstance(port, int) or isinstance(port, bool) or not low <= port <= 65535:
+        raise ValueError(f"port must be an integer in [{low}, 65535], got {port!r}")
+
+
+def check_endpoint(endpoint: Any) -> None:
+    host, _, port = endpoint.rpartition(":") if isinstance(endpoint, str) else ("", "", "")
+    if not (host and HOST.fullmatch(host) and _PORT.fullmatch(port)):
+        raise ValueError(f"rdzv_endpoint must look like 'host:port' (the host may be a "
+                         f"variable such as '$HEAD_NODE'), got {endpoint!r}")
+    if port.isdigit():
+        check_port(int(port), low=0)
+
+
+def script_args(args: Sequence[str | int | float | os.PathLike]) -> list[str]:
+    """The script's arguments as words: text, numbers and paths; anything else is refused."""
+    if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
+        raise ValueError(f"args must be a list of arguments, got {args!r}")
+    for arg in args:
+        if not isinstance(arg, (str, int, float, os.PathLike)) or isinstance(arg, bool):
+            raise ValueError(f"each of args must be a string, a number or a path, got {arg!r}")
+    return [os.fspath(arg) if isinstance(arg, os.PathLike) else str(arg) for arg in args]
