@@ -125,7 +125,8 @@ bench: $(READY)
 # pins; then, on the CPU, the tests that launch torchrun and every notebook, as make test runs them.
 COMPAT_VENV = $(CACHE_DIR)/compat-torch$(TORCH)-$(ENV_KEY)
 COMPAT_TESTS ?= tests/test_launch.py tests/test_multihost.py tests/test_clean_shutdown.py \
-	tests/test_slurm.py tests/test_cluster.py tests/test_hardware.py tests/test_compat.py $(NOTEBOOKS)
+	tests/test_slurm.py tests/test_cluster.py tests/test_hardware.py tests/test_compat.py \
+	tests/test_stacks.py $(NOTEBOOKS)
 compat: export DDP_WORKSHOP_DATASET ?= synthetic
 compat: export DDP_WORKSHOP_FULL_SIZE ?= 0
 compat: export CUDA_VISIBLE_DEVICES ?=
