@@ -28,7 +28,7 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 # requirements.txt is the one list of pins; these filters make the lists that leave some out.
 PINS_BUT_TORCH := grep -vE '^(\#|(torch|torchvision)==)' requirements.txt
 # What a learner does not need to run the course: torch (the node's own), test, lint, browser.
-NOT_FOR_LEARNERS := torch torchvision nbval pytest pytest-timeout playwright ruff
+NOT_FOR_LEARNERS := torch torchvision nbval pytest pytest-timeout pytest-xdist playwright ruff
 LEARNER_PINS := grep -vE "^(\#|($$(echo $(NOT_FOR_LEARNERS) | tr ' ' '|'))==)" requirements.txt
 
 .PHONY: help setup lab run test test-browser lint browser bench compat wheelhouse clean
@@ -106,9 +106,11 @@ browser:
 # a row (tests marked `sweep`).
 test test-browser: export DDP_WORKSHOP_DATASET ?= synthetic
 test test-browser: export DDP_WORKSHOP_FULL_SIZE ?= 0
+# -n 2: the notebooks in one lane, the tests in the other (tests/conftest.py says why).
 test: lint browser
 	"$(BIN)/python" -m pytest tests $(NOTEBOOKS) -m "not sweep" --nbval-lax --nbval-current-env \
-		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600 --durations=15
+		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600 --durations=15 \
+		-n 2
 
 test-browser: browser $(READY)
 	"$(BIN)/python" -m pytest tests -m sweep --durations=15
