@@ -217,7 +217,12 @@ def test_notebook_runs_in_jupyterlab(browser, lab, notebook):
         text = page.locator(".jp-Notebook").inner_text()
         assert "Error displaying widget" not in text
         for source, shown in launch_cells(page):
-            assert "[rank0]" in shown, f"no per-rank output under the launch cell:\n{source}"
+            if "torchrun" not in shown:
+                continue  # the cell did not launch on this machine (lesson 09's needs 2 GPUs)
+            if "did not finish within timeout" in shown:  # a hang, on purpose: its report
+                assert "Where each rank was" in shown, f"no hang report under:\n{source}"
+            else:
+                assert "[rank0]" in shown, f"no per-rank output under the launch cell:\n{source}"
         if "fig = " in notebook.read_text():
             assert page.locator(".jp-RenderedImage img").count() > 0, "figures appear"
         widgets = page.locator(".jupyter-widgets, .widget-container")
