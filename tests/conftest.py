@@ -1,16 +1,25 @@
 """Shared fixtures: real scripts in a temporary folder, and a check that no process is left.
 
-Also the split that ``make test`` runs in parallel (``-n 2 --dist loadgroup``).
+Also the split that ``make test`` runs in parallel (``-n 2``, with the scheduler below).
 """
 
 from __future__ import annotations
 
+import os
 import textwrap
 import time
 from pathlib import Path
 
 import psutil
 import pytest
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Beside a notebook (make test's two lanes), a test's own torch work gets one thread: two
+    # processes each spinning two threads on two cores slow each other down several times over.
+    # The notebooks' kernels and launches are other processes, with their own settings.
+    import torch
+
+    torch.set_num_threads(1)
 
 
 def processes_mentioning(text: str) -> list[psutil.Process]:
