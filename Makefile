@@ -3,6 +3,11 @@
 # The environment lives outside the clone, in a cache folder named after a hash of the Python
 # version and requirements.txt: a second clone, or a second `make test`, reuses the 5 GB install,
 # and changing a pin gives a new environment. Override with `make VENV=/path/to/venv ...`.
+#
+# TORCH=system (e.g. `export TORCH=system`, then make setup, make lab...) keeps the torch and
+# torchvision of a cluster's module or container: the environment sees the system's packages,
+# checks their versions against the supported range (ddp_lib/compat.py) and installs only the
+# other pins of requirements.txt.
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
@@ -10,7 +15,8 @@ SHELL := /bin/bash
 PYTHON ?= python3
 CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ddp-workshop
 ENV_KEY := $(shell $(PYTHON) -c 'import hashlib, sys; v = sys.version_info; print(f"py{v[0]}{v[1]}-" + hashlib.sha256(open("requirements.txt", "rb").read()).hexdigest()[:12])')
-VENV ?= $(CACHE_DIR)/venv-$(ENV_KEY)
+TORCH ?=
+VENV ?= $(CACHE_DIR)/venv-$(ENV_KEY)$(if $(filter system,$(TORCH)),-system-torch)
 BIN := $(VENV)/bin
 READY := $(VENV)/.ready
 
@@ -19,7 +25,13 @@ export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 
-.PHONY: help setup lab run test test-browser lint browser bench exercises schedule clean
+# requirements.txt is the one list of pins; these filters make the lists that leave some out.
+PINS_BUT_TORCH := grep -vE '^(\#|(torch|torchvision)==)' requirements.txt
+# What a learner does not need to run the course: torch (the node's own), test, lint, browser.
+NOT_FOR_LEARNERS := torch torchvision nbval pytest pytest-timeout pytest-xdist playwright ruff
+LEARNER_PINS := grep -vE "^(\#|($$(echo $(NOT_FOR_LEARNERS) | tr ' ' '|'))==)" requirements.txt
+
+.PHONY: help setup lab run test test-browser lint browser bench compat wheelhouse exercises schedule clean
 
 help:
 	@echo "make setup   create the Python environment ($(VENV))"
@@ -28,6 +40,8 @@ help:
 	@echo "make test    lint, unit tests, every notebook through nbval, a representative set in JupyterLab"
 	@echo "make test-browser  the long sweep: every other notebook in JupyterLab, repeated launches"
 	@echo "make bench   benchmarks: launch overhead, all-reduce bandwidth, training (docs/benchmarks.md)"
+	@echo "make compat TORCH=2.4.1   notebooks and launch tests with another torch (docs/compatibility.md)"
+	@echo "make wheelhouse [PY=3.12 PLATFORM=x86_64]   wheels for an offline node (build/wheelhouse/)"
 	@echo "make exercises  the learners' edition, solutions replaced by stubs, in build/exercises/"
 	@echo "make schedule   regenerate docs/schedule.md (the instructor's plan) from the notebooks"
 	@echo "make clean   remove build/, written scripts and run logs (keeps data/ and the environment)"
@@ -37,10 +51,20 @@ setup: $(READY)
 # No prerequisite on purpose: the folder's name already changes with requirements.txt, and a
 # fresh clone's file times must not trigger a reinstall. The marker is written last, so an
 # interrupted install is redone from scratch.
+# With TORCH=system, FIND_LINKS=build/wheelhouse installs offline from `make wheelhouse`'s folder.
+FIND_LINKS ?=
 $(READY):
 	rm -rf "$(VENV)"
+ifeq ($(TORCH),system)
+	$(PYTHON) -m venv --system-site-packages "$(VENV)"
+	$(PINS_BUT_TORCH) > "$(VENV)/requirements.txt"
+	"$(BIN)/python" -m pip install --quiet --disable-pip-version-check \
+		$(if $(FIND_LINKS),--no-index --find-links "$(FIND_LINKS)" -r "$(FIND_LINKS)/requirements.txt",-r "$(VENV)/requirements.txt")
+	"$(BIN)/python" ddp_lib/compat.py check
+else
 	$(PYTHON) -m venv "$(VENV)"
 	"$(BIN)/python" -m pip install --quiet --disable-pip-version-check -r requirements.txt
+endif
 	touch "$@"
 
 # Containers often run as root, which Jupyter refuses without --allow-root. LAB_ARGS adds more,
@@ -84,9 +108,11 @@ browser:
 # a row (tests marked `sweep`).
 test test-browser: export DDP_WORKSHOP_DATASET ?= synthetic
 test test-browser: export DDP_WORKSHOP_FULL_SIZE ?= 0
+# -n 2: the notebooks in one lane, the tests in the other (tests/conftest.py says why).
 test: lint browser
 	"$(BIN)/python" -m pytest tests $(NOTEBOOKS) -m "not sweep" --nbval-lax --nbval-current-env \
-		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600 --durations=15
+		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600 --durations=15 \
+		-n 2
 
 # The sweep also executes the learners' edition: its stubs are `...`, so this checks that no later
 # cell depends on what a solution computed.
@@ -108,6 +134,48 @@ BENCH_ARGS ?=
 bench: export DDP_WORKSHOP_DATASET ?= synthetic
 bench: $(READY)
 	"$(BIN)/python" -m benchmarks.run_all $(BENCH_ARGS)
+
+# Another torch, e.g. make compat TORCH=2.4.1 (a release listed in ddp_lib/compat.py): a second
+# environment, outside the clone, with that torch, the torchvision built for it and the other
+# pins; then, on the CPU, the tests that launch torchrun and every notebook, as make test runs them.
+COMPAT_VENV = $(CACHE_DIR)/compat-torch$(TORCH)-$(ENV_KEY)
+COMPAT_TESTS ?= tests/test_launch.py tests/test_multihost.py tests/test_clean_shutdown.py \
+	tests/test_slurm.py tests/test_cluster.py tests/test_hardware.py tests/test_compat.py \
+	tests/test_stacks.py $(NOTEBOOKS)
+compat: export DDP_WORKSHOP_DATASET ?= synthetic
+compat: export DDP_WORKSHOP_FULL_SIZE ?= 0
+compat: export CUDA_VISIBLE_DEVICES ?=
+compat: $(COMPAT_VENV)/.ready
+	"$(COMPAT_VENV)/bin/python" ddp_lib/compat.py check
+	"$(COMPAT_VENV)/bin/python" -m pytest $(COMPAT_TESTS) -m "not sweep" --nbval-lax --nbval-current-env \
+		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600 --durations=15
+
+$(COMPAT_VENV)/.ready:
+	@case "$(TORCH)" in ""|system) echo "usage: make compat TORCH=2.4.1"; exit 2;; esac
+	$(PYTHON) ddp_lib/compat.py torchvision-for "$(TORCH)" >/dev/null
+	rm -rf "$(@D)"
+	$(PYTHON) -m venv "$(@D)"
+	$(PINS_BUT_TORCH) > "$(@D)/requirements.txt"
+	"$(@D)/bin/python" -m pip install --quiet --disable-pip-version-check "torch==$(TORCH)" \
+		"torchvision==$$($(PYTHON) ddp_lib/compat.py torchvision-for "$(TORCH)")" -r "$(@D)/requirements.txt"
+	touch "$@"
+
+# Wheels of everything a learner needs besides torch and torchvision, for an offline node's Python
+# and platform (PY=3.12, PLATFORM=x86_64 or aarch64). On the node: make setup TORCH=system
+# FIND_LINKS=build/wheelhouse, or pip install --no-index --find-links build/wheelhouse
+# -r build/wheelhouse/requirements.txt.
+PY ?= 3.12
+PLATFORM ?= x86_64
+WHEELHOUSE ?= build/wheelhouse
+wheelhouse:
+	rm -rf "$(WHEELHOUSE)"
+	mkdir -p "$(WHEELHOUSE)"
+	{ echo "# requirements.txt without $(NOT_FOR_LEARNERS) (make wheelhouse)"; \
+	  $(LEARNER_PINS); } > "$(WHEELHOUSE)/requirements.txt"
+	$(PYTHON) -m pip download --quiet --disable-pip-version-check --only-binary=:all: \
+		--python-version "$(PY)" --platform "manylinux2014_$(PLATFORM)" \
+		--platform "manylinux_2_28_$(PLATFORM)" -d "$(WHEELHOUSE)" -r "$(WHEELHOUSE)/requirements.txt"
+	@echo "$$(ls "$(WHEELHOUSE)"/*.whl | wc -l) wheels, $$(du -sh "$(WHEELHOUSE)" | cut -f1) in $(WHEELHOUSE)/ for Python $(PY) on $(PLATFORM)"
 
 clean:
 	rm -rf build notebooks/scripts notebooks/runs notebooks/checkpoints notebooks/results runs .pytest_cache .ruff_cache

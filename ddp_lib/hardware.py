@@ -17,8 +17,6 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ddp_lib import data
-
 BACKENDS = ("gloo", "nccl")
 
 
@@ -216,6 +214,8 @@ def course_sizes(hw: Hardware | None = None) -> Sizes:
     hw = hw or detect()
     forced = os.environ.get("DDP_WORKSHOP_FULL_SIZE")
     full = hw.cuda_gpus > 0 if forced is None else forced == "1"
+    from ddp_lib import data  # torchvision: imported only where sizes are planned
+
     on_disk_train, on_disk_test = data.sample_counts()
     if full:
         return Sizes(train_samples=on_disk_train, test_samples=on_disk_test, epochs=5,

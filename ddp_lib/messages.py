@@ -2,7 +2,11 @@
 
 The root cause is read from torchrun's failure report (``Root Cause (first observed failure)``,
 with the rank and exit code), which torchrun prints for every failed worker, whether or not the
-script's entry point is wrapped in ``@record``.
+script's entry point is wrapped in ``@record``. "First observed" is when the agent noticed, to the
+second: when ranks fail within one second of each other it names the lowest, which may be a rank
+that only failed because another one had gone (Gloo's "Connection closed by peer"). Such a rank
+is passed over for one whose traceback says something else, and the message lists the last error
+line of every other rank that printed one, so both sides of a failure are in view.
 """
 
 from __future__ import annotations
@@ -17,14 +21,31 @@ from ddp_lib.supervise import AGENT
 
 _ROOT_CAUSE = re.compile(
     r"Root Cause.*?rank\s*:\s*(-?\d+).*?exitcode\s*:\s*(-?\d+)", re.DOTALL)
+_REPORTED_FAILURE = re.compile(r"rank\s*:\s*(-?\d+).*?exitcode\s*:\s*(-?\d+)", re.DOTALL)
+# What a rank raises when a peer's process went away first: a consequence, not a cause.
+_PEER_GONE = re.compile(r"Connection (closed|reset) by peer", re.IGNORECASE)
 
 
 def root_cause(result: LaunchResult) -> tuple[int | None, int | None]:
-    """The first rank that failed and its exit code, from torchrun's failure report."""
-    match = _ROOT_CAUSE.search(result.output(AGENT))
+    """The rank that failed first and its exit code, from torchrun's failure report."""
+    report = result.output(AGENT)
+    match = _ROOT_CAUSE.search(report)
     if not match:
         return None, result.returncode
-    return int(match.group(1)), int(match.group(2))
+    rank, exitcode = int(match.group(1)), int(match.group(2))
+    if _PEER_GONE.search(last_error(result, rank)):
+        exitcodes = {int(r): int(code) for r, code in _REPORTED_FAILURE.findall(report)}
+        for other in result.ranks():
+            error = last_error(result, other)
+            if other != rank and error and not _PEER_GONE.search(error):
+                return other, exitcodes.get(other, 1)
+    return rank, exitcode
+
+
+def last_error(result: LaunchResult, rank: int) -> str:
+    """The last line of ``rank``'s last traceback (``"ValueError: ..."``), or ``""``."""
+    lines = _traceback(result.output(rank, stream="stderr")).strip().splitlines()
+    return lines[-1].strip() if lines else ""
 
 
 _PARSER_ERROR = re.compile(r"^\S+: error: (.+)$", re.MULTILINE)
@@ -71,6 +92,11 @@ def failure_message(result: LaunchResult, rank: int | None, exitcode: int | None
              f"(launch ended after {result.wall_time:.1f} s)."]
     if tb:
         parts.append(f"Its error output:\n{_indent(tb)}")
+    others = [f"rank {other}: {last_error(result, other)}" for other in result.ranks()
+              if other != rank and last_error(result, other)]
+    if others:
+        parts.append("Other ranks that raised (their last error line):\n"
+                     + _indent("\n".join(others)))
     parts.append(f"All output: result.output(); torchrun's logs: {result.run_dir / 'torchrun'}")
     return "\n".join(parts)
 

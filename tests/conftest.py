@@ -1,13 +1,25 @@
-"""Shared fixtures: real scripts in a temporary folder, and a check that no process is left."""
+"""Shared fixtures: real scripts in a temporary folder, and a check that no process is left.
+
+Also the split that ``make test`` runs in parallel (``-n 2``, with the scheduler below).
+"""
 
 from __future__ import annotations
 
+import os
 import textwrap
 import time
 from pathlib import Path
 
 import psutil
 import pytest
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Beside a notebook (make test's two lanes), a test's own torch work gets one thread: two
+    # processes each spinning two threads on two cores slow each other down several times over.
+    # The notebooks' kernels and launches are other processes, with their own settings.
+    import torch
+
+    torch.set_num_threads(1)
 
 
 def processes_mentioning(text: str) -> list[psutil.Process]:
@@ -68,3 +80,21 @@ def make_script(workdir: Path):
         return path
 
     return make
+
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: make test runs with -n 2
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """Two lanes: the notebooks one after another on one worker, the tests on the other.
+
+    Two notebooks at once would write the same scripts/ and measure each other's load; one
+    notebook beside the unit tests keeps both cores busy while a test waits on a timeout or a
+    browser. (xdist's ``loadscope``, with the scope being the lane instead of the file.)
+    """
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TwoLanes(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "notebooks" if nodeid.startswith("notebooks/") else "tests"
+
+    return TwoLanes(config, log)

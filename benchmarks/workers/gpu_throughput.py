@@ -1,10 +1,13 @@
-"""One device: ResNet-18 images/s in fp32 and with autocast, and plain vs 1-process DDP.
+"""One device: ResNet-18 images/s of the plain model and of 1-process DDP, in fp32.
+
+The lessons have no script that trains the plain (unwrapped) model, so DDP's own cost on one
+GPU is measured here; the AMP comparison runs lesson 07's ``train_amp.py`` instead.
 
 Run by torchrun with one process: python -m torch.distributed.run --nproc-per-node=1
     gpu_throughput.py [--steps 20]
-On a CUDA GPU it uses cuda:0 and NCCL, fp16 autocast with a GradScaler; without one it runs the
-same code on the CPU with Gloo and bf16 autocast (slowly: a check that the code runs, not a
-measurement). Variants run in interleaved rounds; rank 0 reports images/s per round.
+On a CUDA GPU it uses cuda:0 and NCCL; without one it runs the same code on the CPU with Gloo
+(slowly: a check that the code runs, not a measurement). Variants run in interleaved rounds;
+rank 0 reports images/s per round.
 
 Every variant runs the same loop on the same GPU-resident batch. DDP's wrapper is compared twice:
 with its defaults, and as the lessons use it on one GPU, with ``gradient_as_bucket_view=True``
@@ -14,7 +17,6 @@ step uses every parameter the same way).
 """
 import argparse
 import time
-from contextlib import nullcontext
 
 import torch
 import torch.distributed as dist
@@ -40,37 +42,26 @@ def main():
         torch.cuda.set_device(device)
         torch.backends.cudnn.benchmark = True
     dist.init_process_group("nccl" if cuda else "gloo")
-    low = torch.float16 if cuda else torch.bfloat16
     images = torch.randn(args.batch_size, 3, 32, 32, device=device)
     labels = torch.randint(0, 10, (args.batch_size,), device=device)
 
     torch.manual_seed(0)
-    models = {"fp32": resnet18_cifar().to(device), "autocast": resnet18_cifar().to(device),
+    models = {"fp32": resnet18_cifar().to(device),
               "ddp 1 process fp32, defaults": DDP(resnet18_cifar().to(device)),
               "ddp 1 process fp32": DDP(resnet18_cifar().to(device), gradient_as_bucket_view=True,
                                         static_graph=True)}
     optimizers = {k: torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
                   for k, m in models.items()}
-    scaler = torch.amp.GradScaler(device.type, enabled=cuda)  # fp16 needs loss scaling
 
     def run(variant, steps):
         model, optimizer = models[variant], optimizers[variant]
-        autocast = (torch.autocast(device.type, dtype=low) if variant == "autocast"
-                    else nullcontext())
         if cuda:
             torch.cuda.synchronize()
         start = time.perf_counter()
         for _ in range(steps):
             optimizer.zero_grad(set_to_none=False)  # the same in every variant
-            with autocast:
-                loss = F.cross_entropy(model(images), labels)
-            if variant == "autocast":
-                scaler.scale(loss).backward()
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                loss.backward()
-                optimizer.step()
+            F.cross_entropy(model(images), labels).backward()
+            optimizer.step()
         if cuda:
             torch.cuda.synchronize()
         return args.batch_size * steps / (time.perf_counter() - start)
@@ -80,7 +71,7 @@ def main():
     for round_index in range(args.rounds):
         for variant in models:
             report("images_per_s", run(variant, args.steps), step=round_index, variant=variant,
-                   device=str(device), low_precision=str(low))
+                   device=str(device))
     dist.barrier()
     dist.destroy_process_group()
 

@@ -8,10 +8,10 @@ an error, every widget renders, launch cells show per-rank output, figures appea
 lesson 03's ring stepper with the keyboard, and stops a running launch with the toolbar's stop
 button. Screenshots go to build/screenshots/.
 
-``make test`` drives a representative set: lesson 00 (launches with live per-rank output),
-lesson 03 (widgets: the ring stepper) and the stop button. The other notebooks carry the
-``sweep`` marker and run in the browser with ``make test-browser``; nbval executes every
-notebook in ``make test`` already.
+``make test`` drives a representative set: lesson 03 (widgets: the ring stepper; figures; a
+launch with live per-rank output) and the stop button (a launch with live output, interrupted).
+The other notebooks carry the ``sweep`` marker and run in the browser with ``make
+test-browser``; nbval executes every notebook in ``make test`` already.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ CHROMIUM = Path(os.environ.get("DDP_WORKSHOP_CHROMIUM", "/usr/bin/chromium"))
 SCREENSHOTS = ROOT / "build" / "screenshots"
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 NOTEBOOK_TIMEOUT_S = 600
-REPRESENTATIVE = ("00_setup.ipynb", "03_ring_allreduce.ipynb")
+REPRESENTATIVE = ("03_ring_allreduce.ipynb",)
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 if not CHROMIUM.exists():
@@ -217,7 +217,12 @@ def test_notebook_runs_in_jupyterlab(browser, lab, notebook):
         text = page.locator(".jp-Notebook").inner_text()
         assert "Error displaying widget" not in text
         for source, shown in launch_cells(page):
-            assert "[rank0]" in shown, f"no per-rank output under the launch cell:\n{source}"
+            if "torchrun" not in shown:
+                continue  # the cell did not launch on this machine (lesson 09's needs 2 GPUs)
+            if "did not finish within timeout" in shown:  # a hang, on purpose: its report
+                assert "Where each rank was" in shown, f"no hang report under:\n{source}"
+            else:
+                assert "[rank0]" in shown, f"no per-rank output under the launch cell:\n{source}"
         if "fig = " in notebook.read_text():
             assert page.locator(".jp-RenderedImage img").count() > 0, "figures appear"
         widgets = page.locator(".jupyter-widgets, .widget-container")

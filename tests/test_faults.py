@@ -1,0 +1,35 @@
+"""ddp_lib.faults: a worker killed on purpose, in a real launch, at the moment asked for."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from ddp_lib import RankFailed, faults, launch
+
+WAITS_FOR_THE_KILL = """
+    import os, sys, time
+    from pathlib import Path
+
+    if os.environ["RANK"] == "1":
+        Path(sys.argv[1]).touch()
+    time.sleep(60)
+"""
+
+
+def test_the_rank_asked_for_is_killed_once_the_file_exists(make_script, workdir):
+    script = make_script("waits.py", WAITS_FOR_THE_KILL)
+    marker = workdir / "ready"
+    killer = faults.kill_rank_when_file_exists(marker, rank=1)
+    start = time.time()
+    with pytest.raises(RankFailed) as info:
+        launch(script, args=[marker], nproc_per_node=2, timeout=60, stream=False)
+    killed_at = killer.wait(timeout=5)
+    assert killed_at is not None and start < killed_at < time.time()
+    assert info.value.rank == 1 and "killed by SIGKILL" in str(info.value)
+
+
+def test_no_file_no_kill(tmp_path):
+    killer = faults.kill_rank_when_file_exists(tmp_path / "never", rank=0, limit_s=0.3)
+    assert killer.wait(timeout=5) is None
