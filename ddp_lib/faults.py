@@ -21,21 +21,24 @@ class Kill:
     def __init__(self, path: str | os.PathLike, rank: int, sig: signal.Signals, limit_s: float):
         self.path, self.rank, self.sig, self.limit_s = os.fspath(path), rank, sig, limit_s
         self.killed_at: float | None = None
+        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True,
                                         name=f"kill rank {rank}")
         self._thread.start()
 
-    def wait(self, timeout: float | None = None) -> float | None:
-        """The time (``time.time()``) the signal was sent; ``None`` if it never was."""
-        self._thread.join(timeout)
+    def wait(self) -> float | None:
+        """Call it once the launch has ended: stops watching (there is nothing left to kill) and
+        returns the time (``time.time()``) the signal was sent, or ``None`` if it never was."""
+        self._stop.set()
+        self._thread.join()
         return self.killed_at
 
     def _watch(self) -> None:
         deadline = time.monotonic() + self.limit_s
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not self._stop.is_set():
             if os.path.exists(self.path) and self._signal_worker():
                 return
-            time.sleep(0.02)
+            self._stop.wait(0.02)
 
     def _signal_worker(self) -> bool:
         # Workers are grandchildren of this process (under torchrun's agent), RANK in their

@@ -82,7 +82,6 @@ def make_script(workdir: Path):
     return make
 
 
-
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: make test runs with -n 2
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """Two lanes: the notebooks one after another on one worker, the tests on the other.
