@@ -38,7 +38,7 @@ def root_cause(result: LaunchResult) -> tuple[int | None, int | None]:
         for other in result.ranks():
             error = last_error(result, other)
             if other != rank and error and not _PEER_GONE.search(error):
-                return other, exitcodes.get(other, 1)
+                return other, exitcodes.get(other)
     return rank, exitcode
 
 
@@ -74,7 +74,9 @@ def _traceback(text: str) -> str:
 
 
 def _exit_description(exitcode: int | None) -> str:
-    if exitcode is not None and exitcode < 0:
+    if exitcode is None:  # it raised, but torchrun stopped the job before it exited itself
+        return "raised (torchrun's report has no exit code for it)"
+    if exitcode < 0:
         try:
             name = signal.Signals(-exitcode).name
         except ValueError:

@@ -116,6 +116,11 @@ def test_a_rank_that_only_lost_its_peer_is_not_blamed():
     assert message.startswith("Rank 1 exited with code 1")
     assert "rank 0: RuntimeError: [pair.cc:561] Connection closed by peer" in message
 
+    # torchrun stopped the job before rank 1 exited: no exit code for it is guessed.
+    result.lines = [line for line in lines if "rank      : 1" not in line.text]
+    assert messages.root_cause(result) == (1, None)
+    assert messages.failure_message(result, 1, None).startswith("Rank 1 raised (torchrun's report")
+
 
 def test_rank_killed_by_signal_is_reported(make_script):
     script = make_script("killed.py", RANK1_FAILS)
