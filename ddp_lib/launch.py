@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import socket
 import sys
 import time
@@ -241,9 +242,12 @@ def _check_arguments(script: Path, nproc_per_node, nnodes, rdzv_endpoint, backen
 
 
 def _prepare_run_dir(script: Path, run_dir: str | os.PathLike | None) -> tuple[Path, Path]:
-    """The launch's folder (created) and its metrics file (emptied: one launch's numbers)."""
+    """The launch's folder (created), its metrics file and torchrun's logs (emptied: what is
+    there afterwards is this launch's, numbers and error files alike)."""
     run_dir = _new_run_dir(script) if run_dir is None else Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    for logs in run_dir.glob("torchrun*"):
+        shutil.rmtree(logs, ignore_errors=True)
     metrics_file = run_dir / "metrics.jsonl"
     metrics_file.unlink(missing_ok=True)
     return run_dir, metrics_file

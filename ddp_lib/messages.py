@@ -1,19 +1,27 @@
 """What a launch that ended badly says: which rank failed and how, or that torchrun itself did.
 
-The root cause is read from torchrun's failure report (``Root Cause (first observed failure)``,
-with the rank and exit code), which torchrun prints for every failed worker, whether or not the
-script's entry point is wrapped in ``@record``. "First observed" is when the agent noticed, to the
-second: when ranks fail within one second of each other it names the lowest, which may be a rank
-that only failed because another one had gone (Gloo's "Connection closed by peer"). Such a rank
-is passed over for one whose traceback says something else, and the message lists the last error
-line of every other rank that printed one, so both sides of a failure are in view.
+Every rank of a ``ddp_lib`` launch writes its uncaught exception to torchrun's error file (the
+launch's ``sitecustomize`` does what ``@record`` does, adding the rank and the time to the
+microsecond). The root cause is read from those files first: the rank that raised first, passing
+over ranks whose error only says that a peer's process went away (Gloo's "Connection closed by
+peer"): they raised because another rank had failed. If every rank that raised only lost a peer,
+the cause is a rank that torchrun reports killed by a signal, which left no file (killed by hand,
+or by the kernel when out of memory).
+
+Without error files (the worker died before ``sitecustomize`` ran, or torchrun kept none), the
+root cause is torchrun's own report (``Root Cause (first observed failure)``): "first observed" is
+when the agent noticed, to the second, so when ranks fail within a second of each other it names
+the lowest, and the same peer-gone rule applies. The message lists the last error line of every
+other rank that raised, so both sides of a failure are in view.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import signal
+from dataclasses import dataclass
 
 from ddp_lib import stacks
 from ddp_lib.launch_result import LaunchResult
@@ -26,15 +34,51 @@ _REPORTED_FAILURE = re.compile(r"rank\s*:\s*(-?\d+).*?exitcode\s*:\s*(-?\d+)", r
 _PEER_GONE = re.compile(r"Connection (closed|reset) by peer", re.IGNORECASE)
 
 
+@dataclass(frozen=True)
+class RaisedError:
+    """A rank's uncaught exception, as its torchrun error file holds it."""
+
+    rank: int
+    message: str  # "ValueError: ..."
+    traceback: str
+    time: float  # seconds since the epoch
+
+
+def raised_errors(result: LaunchResult) -> dict[int, RaisedError]:
+    """rank -> its uncaught exception in the last attempt, from torchrun's error files."""
+    attempts = result.run_dir.glob("torchrun*/*/attempt_*")
+    last = max((int(a.name.removeprefix("attempt_")) for a in attempts), default=None)
+    found = {}
+    for path in result.run_dir.glob(f"torchrun*/*/attempt_{last}/*/error.json"):
+        try:
+            error = json.loads(path.read_text(encoding="utf-8"))["message"]
+            extra = error["extraInfo"]
+            found[int(extra["rank"])] = RaisedError(int(extra["rank"]), error["message"],
+                                                    extra["py_callstack"], float(extra["time"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not one of ours (a script's own @record has no rank), or unreadable
+    return found
+
+
 def root_cause(result: LaunchResult) -> tuple[int | None, int | None]:
-    """The rank that failed first and its exit code, from torchrun's failure report."""
+    """The rank whose failure ended the launch and its exit code (``None``: not reported)."""
     report = result.output(AGENT)
+    exitcodes = {int(r): int(code) for r, code in _REPORTED_FAILURE.findall(report)}
+    raised = raised_errors(result)
+    if raised:
+        by_time = sorted(raised.values(), key=lambda e: e.time)
+        causes = [e for e in by_time if not _PEER_GONE.search(e.message)]
+        if causes:
+            return causes[0].rank, exitcodes.get(causes[0].rank)
+        # Every rank that raised only lost a peer: the peer died without raising.
+        killed = [r for r, code in exitcodes.items() if code < 0 and r not in raised]
+        first = min(killed) if killed else by_time[0].rank
+        return first, exitcodes.get(first)
     match = _ROOT_CAUSE.search(report)
     if not match:
         return None, result.returncode
     rank, exitcode = int(match.group(1)), int(match.group(2))
     if _PEER_GONE.search(last_error(result, rank)):
-        exitcodes = {int(r): int(code) for r, code in _REPORTED_FAILURE.findall(report)}
         for other in result.ranks():
             error = last_error(result, other)
             if other != rank and error and not _PEER_GONE.search(error):
@@ -43,7 +87,13 @@ def root_cause(result: LaunchResult) -> tuple[int | None, int | None]:
 
 
 def last_error(result: LaunchResult, rank: int) -> str:
-    """The last line of ``rank``'s last traceback (``"ValueError: ..."``), or ``""``."""
+    """``rank``'s uncaught exception (``"ValueError: ..."``), or ``""``.
+
+    From its error file, else the last line of the last traceback it printed.
+    """
+    raised = raised_errors(result).get(rank)
+    if raised:
+        return raised.message
     lines = _traceback(result.output(rank, stream="stderr")).strip().splitlines()
     return lines[-1].strip() if lines else ""
 
@@ -88,8 +138,10 @@ def _exit_description(exitcode: int | None) -> str:
 
 def failure_message(result: LaunchResult, rank: int | None, exitcode: int | None) -> str:
     who = f"Rank {rank}" if rank is not None else "torchrun"
+    raised = raised_errors(result).get(rank) if rank is not None else None
     text = result.output(rank if rank is not None else AGENT, stream="stderr")
-    tb = _traceback(text) or "\n".join(text.splitlines()[-15:])
+    tb = (raised.traceback.rstrip() if raised else
+          _traceback(text) or "\n".join(text.splitlines()[-15:]))
     parts = [f"{who} {_exit_description(exitcode)} while running {result.script.name} "
              f"(launch ended after {result.wall_time:.1f} s)."]
     if tb:

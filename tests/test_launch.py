@@ -90,6 +90,9 @@ def test_failing_rank_ends_launch_promptly_and_is_named(make_script):
     assert "Rank 1 exited with code 1" in str(err)
     assert "ValueError: rank one gives up" in str(err)
     assert "Traceback" in str(err)
+    # Read from torchrun's error file, which the launch's sitecustomize wrote as @record would.
+    assert messages.raised_errors(err.result)[1].message == "ValueError: rank one gives up"
+    assert "error_file: <N/A>" not in err.result.output("torchrun").split("Root Cause")[1]
     assert elapsed < 30, f"rank 0 was blocked in all_reduce, yet the launch took {elapsed:.0f} s"
     assert not err.result.ok
 
@@ -120,6 +123,39 @@ def test_a_rank_that_only_lost_its_peer_is_not_blamed():
     result.lines = [line for line in lines if "rank      : 1" not in line.text]
     assert messages.root_cause(result) == (1, None)
     assert messages.failure_message(result, 1, None).startswith("Rank 1 raised (torchrun's report")
+
+
+def write_error_file(run_dir: Path, attempt: int, rank: int, message: str, at: float) -> None:
+    folder = run_dir / "torchrun" / "job_abc" / f"attempt_{attempt}" / str(rank)
+    folder.mkdir(parents=True)
+    (folder / "error.json").write_text(json.dumps({"message": {"message": message, "extraInfo": {
+        "py_callstack": f"Traceback (most recent call last):\n{message}\n",
+        "timestamp": str(int(at)), "time": at, "rank": rank}}}))
+
+
+def test_error_files_name_the_rank_that_raised_first(workdir):
+    report = ["Root Cause (first observed failure):", "[0]:", "  rank      : 0 (local_rank: 0)",
+              "  exitcode  : 1 (pid: 10)"]
+    result = LaunchResult(script=Path("job.py"), command=[], run_dir=workdir, returncode=1,
+                          lines=[Line("torchrun", "stderr", text) for text in report])
+    # An earlier attempt's error is not this failure's.
+    write_error_file(workdir, 0, 0, "ValueError: the first attempt's", at=50.0)
+    # Rank 0 wrote first, but only because rank 1 had gone: rank 1 is the cause.
+    write_error_file(workdir, 1, 0, "RuntimeError: Connection closed by peer", at=100.2)
+    write_error_file(workdir, 1, 1, "RuntimeError: Timed out waiting 4000ms", at=100.5)
+    assert messages.root_cause(result) == (1, None)
+    assert messages.last_error(result, 0) == "RuntimeError: Connection closed by peer"
+    assert "Timed out waiting 4000ms" in messages.failure_message(result, 1, None)
+
+
+def test_a_rank_killed_without_raising_is_the_cause_of_its_peers_errors(workdir):
+    report = ["Failures:", "[1]:", "  rank      : 0 (local_rank: 0)",
+              "  exitcode  : -15 (pid: 10)", "Root Cause (first observed failure):", "[0]:",
+              "  rank      : 1 (local_rank: 1)", "  exitcode  : -9 (pid: 11)"]
+    result = LaunchResult(script=Path("job.py"), command=[], run_dir=workdir, returncode=1,
+                          lines=[Line("torchrun", "stderr", text) for text in report])
+    write_error_file(workdir, 0, 0, "RuntimeError: Read error: Connection reset by peer", at=9.0)
+    assert messages.root_cause(result) == (1, -9)
 
 
 def test_rank_killed_by_signal_is_reported(make_script):

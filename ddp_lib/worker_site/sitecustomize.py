@@ -7,6 +7,13 @@ writes every thread's Python stack to ``$DDP_WORKSHOP_STACKS/rank<RANK>.txt``. T
 job tells which line each rank was waiting on. faulthandler writes from its C signal handler, so
 a rank stuck inside a collective (in C++, the GIL released or not) still answers.
 
+It also does for every script what torchrun's ``@record`` decorator does for the function it
+wraps: an uncaught exception is written to the error file torchrun names in
+``TORCHELASTIC_ERROR_FILE``, in torchrun's format, so torchrun's failure report shows the
+exception, and ``ddp_lib`` reads which rank raised what, and when, from the file instead of from
+interleaved output. Two keys are added to torchrun's: ``rank``, and ``time`` to the microsecond
+(torchrun's ``timestamp`` has whole seconds, too coarse to order ranks that fail together).
+
 A ``sitecustomize`` that was there before this one (a distribution's, a site's) still runs.
 """
 
@@ -31,6 +38,39 @@ def _register_stack_dump() -> None:
     globals()["_stack_file"] = stream
 
 
+def _record_uncaught_exceptions() -> None:
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    rank = os.environ.get("RANK")
+    if not error_file or rank is None or not os.environ.get("DDP_WORKSHOP_STACKS"):
+        return  # not a torchrun worker of a ddp_lib launch, or torchrun keeps no error files
+    previous_hook = sys.excepthook
+
+    def record_then_print(exc_type, exc, tb) -> None:
+        if issubclass(exc_type, Exception):  # as @record: not KeyboardInterrupt
+            _write_error_file(error_file, int(rank), exc_type, exc, tb)
+        previous_hook(exc_type, exc, tb)
+
+    sys.excepthook = record_then_print
+
+
+def _write_error_file(path: str, rank: int, exc_type, exc, tb) -> None:
+    import json
+    import time
+    import traceback
+
+    now = time.time()
+    error = {"message": {
+        "message": f"{exc_type.__name__}: {exc}",
+        "extraInfo": {"py_callstack": "".join(traceback.format_exception(exc_type, exc, tb)),
+                      "timestamp": str(int(now)), "time": now, "rank": rank}}}
+    try:  # written whole or not at all: torchrun may read it as soon as the process is gone
+        with open(path + ".tmp", "w") as stream:
+            json.dump(error, stream)
+        os.replace(path + ".tmp", path)
+    except OSError:
+        pass  # the exception itself is still printed, and torchrun still reports the exit
+
+
 def _run_the_next_sitecustomize() -> None:
     import importlib.machinery
     import importlib.util
@@ -43,4 +83,5 @@ def _run_the_next_sitecustomize() -> None:
 
 
 _register_stack_dump()
+_record_uncaught_exceptions()
 _run_the_next_sitecustomize()
