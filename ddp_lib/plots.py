@@ -6,7 +6,7 @@ a notebook assigns (``fig = ...``) rather than leaving as the cell's value, to s
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -200,6 +200,58 @@ def ring_widget(world_size: int = 4, max_world_size: int = 8):
     step.observe(redraw, names="value")
     redraw()
     return widgets.VBox([widgets.HBox([ranks, play, step]), out])
+
+
+def step_bars(steps: Mapping[str, Mapping[str, float]], kinds: Sequence[str], *,
+              xlabel: str = "ms per step") -> Figure:
+    """One horizontal bar per run (top to bottom), split into ``kinds`` in the timelines' colours.
+
+    ``steps`` maps a run's name to its milliseconds per step of each kind.
+    """
+    fig, ax = plt.subplots(figsize=(7, 1.2 + 0.5 * len(steps)))
+    left = np.zeros(len(steps))
+    for kind in kinds:
+        widths = np.array([parts[kind] for parts in steps.values()])
+        ax.barh(list(steps), widths, left=left, label=kind, color=TIMELINE_COLOURS[kind],
+                edgecolor="black", linewidth=0.3)
+        left += widths
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    ax.legend(ncol=len(kinds), fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0),
+              frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def scaling(measured: Mapping[int, float], models: Mapping[str, Callable[[int], float]], *,
+            up_to: int, title: str | None = None) -> Figure:
+    """Speed-up (left) and efficiency, speed-up ÷ N (right), against the number of processes N.
+
+    ``measured`` maps N to a measured speed-up (dots); each of ``models`` is a curve, a function
+    of N drawn from 1 to ``up_to``; the dotted line is the ideal.
+    """
+    grid = list(range(1, up_to + 1))  # plain ints: a model may check that N is one
+    counts = sorted(measured)
+    fig, (speed, efficiency) = plt.subplots(1, 2, figsize=(11, 3.6))
+    speed.plot(grid, grid, "k:", label="ideal")
+    efficiency.axhline(1.0, color="k", linestyle=":", label="ideal")
+    for (name, model), style in zip(models.items(), ["-", "--", "-."], strict=False):
+        values = np.array([model(n) for n in grid])
+        speed.plot(grid, values, style, label=name)
+        efficiency.plot(grid, values / np.array(grid), style, label=name)
+    speed.plot(counts, [measured[n] for n in counts], "o", color="black", label="measured")
+    efficiency.plot(counts, [measured[n] / n for n in counts], "o", color="black",
+                    label="measured")
+    speed.set_ylabel("speed-up (images/s ÷ one process's)")
+    efficiency.set_ylabel("efficiency (speed-up ÷ N)")
+    efficiency.set_ylim(0, 1.1)
+    for ax in (speed, efficiency):
+        ax.set_xlabel("processes N")
+        ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
 
 
 TIMELINE_COLOURS = {"data": "0.6", "forward": "tab:blue", "backward": "tab:orange",

@@ -6,7 +6,7 @@ matplotlib.use("Agg")
 
 import numpy as np  # noqa: E402
 
-from ddp_lib import plots  # noqa: E402
+from ddp_lib import plots, ring  # noqa: E402
 
 
 def test_image_grid_has_one_titled_panel_per_image():
@@ -93,3 +93,28 @@ def test_timelines_draw_two_rows_per_rank_and_a_bar_per_span():
     bars = [bar for collection in first.collections for bar in collection.get_paths()]
     assert len(bars) == 8  # forward, backward and two all-reduces on each rank
     assert first.get_title() == "a"
+
+
+def test_step_bars_stack_the_kinds_of_each_run_in_order():
+    fig = plots.step_bars({"N = 1": {"forward": 2.0, "backward": 3.0},
+                           "N = 2": {"forward": 2.5, "backward": 4.0}}, ["forward", "backward"])
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["N = 1", "N = 2"]
+    ends = sorted(round(bar.get_x() + bar.get_width(), 6) for bar in ax.patches)
+    assert ends == [2.0, 2.5, 5.0, 6.5]  # backward starts where forward ends
+    assert ax.yaxis_inverted()  # the first run on top
+
+
+def test_scaling_draws_speed_up_and_efficiency_of_each_model_and_the_measurements():
+    fig = plots.scaling({1: 1.0, 2: 1.6}, {"weak": lambda n: 0.9 * n}, up_to=8, title="t")
+    speed, efficiency = fig.axes
+    lines = {line.get_label(): line for line in efficiency.get_lines()}
+    assert set(lines) == {"ideal", "weak", "measured"}
+    assert np.allclose(lines["weak"].get_ydata(), 0.9)
+    assert np.allclose(lines["measured"].get_ydata(), [1.0, 0.8])
+    assert len(speed.get_lines()[0].get_xdata()) == 8
+
+
+def test_scaling_passes_plain_ints_to_the_models():
+    fig = plots.scaling({1: 1.0}, {"ring": lambda n: 1 + 0 * ring.bytes_sent_ring(n, 1.0)}, up_to=3)
+    assert len(fig.axes[0].get_lines()) == 3
