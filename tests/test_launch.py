@@ -256,8 +256,11 @@ RESTARTED = """
     if attempt == 1 and rank == 1:
         time.sleep(3)  # the restarted rank 1 comes late: rank 0 must not find its old address
     dist.init_process_group("gloo")
+    # One tensor that lives to the end: torch 2.4 can deadlock in destroy_process_group when
+    # Gloo's thread frees a dropped tensor (docs/compatibility.md, lesson 03's fix).
+    ones = torch.ones(1000)
     for step in range(10):
-        dist.all_reduce(torch.ones(1000))
+        dist.all_reduce(ones)
         if attempt == 0 and rank == 1 and step == 3:
             os.kill(os.getpid(), 9)  # a worker dies; torchrun restarts the group
     print(f"attempt {attempt} done", flush=True)
