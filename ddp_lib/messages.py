@@ -63,7 +63,7 @@ def raised_errors(result: LaunchResult) -> dict[int, RaisedError]:
 def root_cause(result: LaunchResult) -> tuple[int | None, int | None]:
     """The rank whose failure ended the launch and its exit code (``None``: not reported)."""
     report = result.output(AGENT)
-    exitcodes = {int(r): int(code) for r, code in _REPORTED_FAILURE.findall(report)}
+    exitcodes = _reported_exitcodes(report)
     raised = raised_errors(result)
     if raised:
         by_time = sorted(raised.values(), key=lambda e: e.time)
@@ -84,6 +84,11 @@ def root_cause(result: LaunchResult) -> tuple[int | None, int | None]:
             if other != rank and error and not _PEER_GONE.search(error):
                 return other, exitcodes.get(other)
     return rank, exitcode
+
+
+def _reported_exitcodes(report: str) -> dict[int, int]:
+    """rank -> exit code of every failure torchrun's report lists."""
+    return {int(r): int(code) for r, code in _REPORTED_FAILURE.findall(report)}
 
 
 def last_error(result: LaunchResult, rank: int) -> str:
@@ -148,8 +153,14 @@ def failure_message(result: LaunchResult, rank: int | None, exitcode: int | None
         parts.append(f"Its error output:\n{_indent(tb)}")
     others = [f"rank {other}: {last_error(result, other)}" for other in result.ranks()
               if other != rank and last_error(result, other)]
+    # A rank killed from outside (SIGTERM is torchrun stopping the rest) printed no error.
+    report = result.output(AGENT)
+    others += [f"rank {other}: {_exit_description(code)}"
+               for other, code in _reported_exitcodes(report).items()
+               if other != rank and code < 0 and code != -signal.SIGTERM
+               and not last_error(result, other)]
     if others:
-        parts.append("Other ranks that raised (their last error line):\n"
+        parts.append("Other ranks that failed (their last error line):\n"
                      + _indent("\n".join(others)))
     parts.append(f"All output: result.output(); torchrun's logs: {result.run_dir / 'torchrun'}")
     return "\n".join(parts)

@@ -158,6 +158,20 @@ def test_a_rank_killed_without_raising_is_the_cause_of_its_peers_errors(workdir)
     assert messages.root_cause(result) == (1, -9)
 
 
+def test_the_message_names_a_rank_killed_beside_the_cause(workdir):
+    report = ["Failures:", "[1]:", "  rank      : 0 (local_rank: 0)", "  exitcode  : -9 (pid: 10)",
+              "[2]:", "  rank      : 2 (local_rank: 2)", "  exitcode  : -15 (pid: 12)",
+              "Root Cause (first observed failure):", "[0]:", "  rank      : 1 (local_rank: 1)",
+              "  exitcode  : 1 (pid: 11)"]
+    result = LaunchResult(script=Path("job.py"), command=[], run_dir=workdir, returncode=1,
+                          lines=[Line("torchrun", "stderr", text) for text in report])
+    write_error_file(workdir, 0, 1, "ValueError: bad shard", at=5.0)
+    assert messages.root_cause(result) == (1, 1)
+    message = messages.failure_message(result, 1, 1)
+    assert "rank 0: was killed by SIGKILL" in message
+    assert "rank 2" not in message  # torchrun's own SIGTERM to the rest is not news
+
+
 def test_rank_killed_by_signal_is_reported(make_script):
     script = make_script("killed.py", RANK1_FAILS)
     with pytest.raises(RankFailed) as info:

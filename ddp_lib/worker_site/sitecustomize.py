@@ -63,12 +63,16 @@ def _write_error_file(path: str, rank: int, exc_type, exc, tb) -> None:
         "message": f"{exc_type.__name__}: {exc}",
         "extraInfo": {"py_callstack": "".join(traceback.format_exception(exc_type, exc, tb)),
                       "timestamp": str(int(now)), "time": now, "rank": rank}}}
+    partial = path + ".tmp"
     try:  # written whole or not at all: torchrun may read it as soon as the process is gone
-        with open(path + ".tmp", "w") as stream:
+        with open(partial, "w") as stream:
             json.dump(error, stream)
-        os.replace(path + ".tmp", path)
-    except OSError:
-        pass  # the exception itself is still printed, and torchrun still reports the exit
+        os.replace(partial, path)
+    except (OSError, TypeError, ValueError):  # the exception is still printed and reported
+        try:
+            os.remove(partial)
+        except OSError:
+            pass
 
 
 def _run_the_next_sitecustomize() -> None:
