@@ -27,9 +27,12 @@ from ddp_lib import stacks
 from ddp_lib.launch_result import LaunchResult
 from ddp_lib.supervise import AGENT
 
-_ROOT_CAUSE = re.compile(
-    r"Root Cause.*?rank\s*:\s*(-?\d+).*?exitcode\s*:\s*(-?\d+)", re.DOTALL)
-_REPORTED_FAILURE = re.compile(r"rank\s*:\s*(-?\d+).*?exitcode\s*:\s*(-?\d+)", re.DOTALL)
+# One failure of torchrun's report: its "rank :" line, then its "exitcode :" line. Anchored to
+# those two lines, because the agent's log lines before the report also say "exitcode: -15)
+# local_rank: 0", in the other order, and in whatever order the agent happened to log them.
+_FAILURE_ENTRY = r"^\s+rank\s+:\s*(-?\d+)[^\n]*\n\s+exitcode\s+:\s*(-?\d+)"
+_ROOT_CAUSE = re.compile(r"Root Cause.*?" + _FAILURE_ENTRY, re.DOTALL | re.MULTILINE)
+_REPORTED_FAILURE = re.compile(_FAILURE_ENTRY, re.MULTILINE)
 # What a rank raises when a peer's process went away first: a consequence, not a cause.
 _PEER_GONE = re.compile(r"Connection (closed|reset) by peer", re.IGNORECASE)
 

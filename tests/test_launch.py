@@ -148,10 +148,15 @@ def test_error_files_name_the_rank_that_raised_first(workdir):
     assert "Timed out waiting 4000ms" in messages.failure_message(result, 1, None)
 
 
-def test_a_rank_killed_without_raising_is_the_cause_of_its_peers_errors(workdir):
-    report = ["Failures:", "[1]:", "  rank      : 0 (local_rank: 0)",
-              "  exitcode  : -15 (pid: 10)", "Root Cause (first observed failure):", "[0]:",
-              "  rank      : 1 (local_rank: 1)", "  exitcode  : -9 (pid: 11)"]
+@pytest.mark.parametrize("agent_logged", [False, True])
+def test_a_rank_killed_without_raising_is_the_cause_of_its_peers_errors(workdir, agent_logged):
+    # The agent may log the stopped rank first, "exitcode" before "local_rank", as here.
+    log = ["E1123 21:39:08.119000 29839 torch/distributed/elastic/multiprocessing/api.py:1002] "
+           "failed (exitcode: -15) local_rank: 0 (pid: 10) of binary: python"]
+    report = [*(log if agent_logged else []),
+              "Failures:", "[0]:", "  rank      : 1 (local_rank: 1)", "  exitcode  : -9 (pid: 11)",
+              "Root Cause (first observed failure):", "[1]:", "  rank      : 0 (local_rank: 0)",
+              "  exitcode  : -15 (pid: 10)"]
     result = LaunchResult(script=Path("job.py"), command=[], run_dir=workdir, returncode=1,
                           lines=[Line("torchrun", "stderr", text) for text in report])
     write_error_file(workdir, 0, 0, "RuntimeError: Read error: Connection reset by peer", at=9.0)
