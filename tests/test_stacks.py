@@ -78,24 +78,26 @@ def test_where_reads_every_ranks_dump(tmp_path):
         "rank 1: waits.py:17  faulthandler.dump_traceback(file=sys.stdout, all_threads=True)"]
 
 
-def _hang_report(make_script, launcher, timeout: float,
-                 **kwargs) -> tuple[LaunchTimeout, float]:
+# It must leave every rank time to reach the line it hangs on: on a busy 2-core machine (make
+# test's other lane launching too) importing torch and joining the group took over 10 s. Rank 1
+# sleeps rather than spins, so the long wait costs the rest of the suite no CPU.
+HANG_TIMEOUT_S = 30
+
+
+def _hang_report(make_script, launcher, **kwargs) -> tuple[LaunchTimeout, float]:
     script = make_script("hangs.py", HANGS)
     start = time.monotonic()
     with pytest.raises(LaunchTimeout) as caught:
-        launcher(script, timeout=timeout, stream=False, **kwargs)
-    return caught.value, time.monotonic() - start - timeout
+        launcher(script, timeout=HANG_TIMEOUT_S, stream=False, **kwargs)
+    return caught.value, time.monotonic() - start - HANG_TIMEOUT_S
 
 
-# Two agents start one after the other and each imports torch before its worker does: on a busy
-# 2-core machine both ranks need more than 10 s to reach the line they hang on. Rank 1 sleeps
-# rather than spins, so the longer wait costs the rest of the suite no CPU.
 @pytest.mark.parametrize("where", ["one node", "two nodes"])
 def test_a_hung_launch_names_each_ranks_line(make_script, where):
     if where == "one node":
-        error, late = _hang_report(make_script, launch, 10, nproc_per_node=2)
+        error, late = _hang_report(make_script, launch, nproc_per_node=2)
     else:
-        error, late = _hang_report(make_script, launch_nodes, 20, nnodes=2, nproc_per_node=1)
+        error, late = _hang_report(make_script, launch_nodes, nnodes=2, nproc_per_node=1)
     message = str(error)
     assert "rank 0: hangs.py:9  dist.all_reduce(t)" in message, message
     assert "rank 1: hangs.py:11  while True:" in message or \
