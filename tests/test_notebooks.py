@@ -21,12 +21,9 @@ EXERCISE = re.compile(r"^\*\*(\d+)\.", re.MULTILINE)
 # `solution` cell that runs it at the course's small size. The test below fails when one of them
 # gets its cell, so that this list only shrinks.
 PROSE_ONLY = {
-    "01_single_device.ipynb": {2},
-    "04_init_methods.ipynb": {4},
-    "05_ddp.ipynb": {1, 2, 3, 5},
-    "06_multi_node.ipynb": {3},
-    "07_mixed_precision.ipynb": {3, 4},
-    "08_scaling.ipynb": {3, 4},
+    "05_ddp.ipynb": {2},
+    "07_mixed_precision.ipynb": {4},
+    "08_scaling.ipynb": {3},
 }
 
 
