@@ -6,7 +6,8 @@ microsecond). The root cause is read from those files first: the rank that raise
 over ranks whose error only says that a peer's process went away (Gloo's "Connection closed by
 peer"): they raised because another rank had failed. If every rank that raised only lost a peer,
 the cause is a rank that torchrun reports killed by a signal, which left no file (killed by hand,
-or by the kernel when out of memory).
+or by the kernel when out of memory). A rank killed by SIGTERM is one torchrun stopped because
+another failed: it is the cause only when no other rank failed.
 
 Without error files (the worker died before ``sitecustomize`` ran, or torchrun kept none), the
 root cause is torchrun's own report (``Root Cause (first observed failure)``): "first observed" is
@@ -74,13 +75,20 @@ def root_cause(result: LaunchResult) -> tuple[int | None, int | None]:
         if causes:
             return causes[0].rank, exitcodes.get(causes[0].rank)
         # Every rank that raised only lost a peer: the peer died without raising.
-        killed = [r for r, code in exitcodes.items() if code < 0 and r not in raised]
-        first = min(killed) if killed else by_time[0].rank
+        # A SIGTERM is torchrun stopping the rest: a rank killed otherwise comes first.
+        killed = sorted((code == -signal.SIGTERM, r) for r, code in exitcodes.items()
+                        if code < 0 and r not in raised)
+        first = killed[0][1] if killed else by_time[0].rank
         return first, exitcodes.get(first)
     match = _ROOT_CAUSE.search(report)
     if not match:
         return None, result.returncode
     rank, exitcode = int(match.group(1)), int(match.group(2))
+    failed = [r for r, code in exitcodes.items() if code != -signal.SIGTERM]
+    if exitcode == -signal.SIGTERM and failed:
+        # "First observed" is to the second: with no error files (a rank waiting in NCCL raises
+        # nothing), a rank torchrun stopped can tie with the one that died, and be listed first.
+        return min(failed), exitcodes[min(failed)]
     if _PEER_GONE.search(last_error(result, rank)):
         for other in result.ranks():
             error = last_error(result, other)

@@ -163,6 +163,26 @@ def test_a_rank_killed_without_raising_is_the_cause_of_its_peers_errors(workdir,
     assert messages.root_cause(result) == (1, -9)
 
 
+def test_a_rank_torchrun_stopped_is_not_the_cause(workdir):
+    # No error files (NCCL ranks wait without raising): the stopped rank 0 was "observed" in the
+    # same second as the killed rank 1, and torchrun lists it as the root cause.
+    report = ["Failures:", "[0]:", "  rank      : 1 (local_rank: 1)", "  exitcode  : -9 (pid: 11)",
+              "Root Cause (first observed failure):", "[1]:", "  rank      : 0 (local_rank: 0)",
+              "  exitcode  : -15 (pid: 10)"]
+    result = LaunchResult(script=Path("job.py"), command=[], run_dir=workdir, returncode=1,
+                          lines=[Line("torchrun", "stderr", text) for text in report])
+    assert messages.root_cause(result) == (1, -9)
+    # Error files: rank 0 raised only because its peer went; of the two that raised nothing, the
+    # SIGKILLed rank 2 is the cause, not rank 1, which torchrun stopped.
+    report = ["Failures:", "[0]:", "  rank      : 1 (local_rank: 1)", "  exitcode  : -15 (pid: 11)",
+              "[1]:", "  rank      : 2 (local_rank: 2)", "  exitcode  : -9 (pid: 12)",
+              "Root Cause (first observed failure):", "[2]:", "  rank      : 0 (local_rank: 0)",
+              "  exitcode  : 1 (pid: 10)"]
+    result.lines = [Line("torchrun", "stderr", text) for text in report]
+    write_error_file(workdir, 0, 0, "RuntimeError: Connection reset by peer", at=9.0)
+    assert messages.root_cause(result) == (2, -9)
+
+
 def test_the_message_names_a_rank_killed_beside_the_cause(workdir):
     report = ["Failures:", "[1]:", "  rank      : 0 (local_rank: 0)", "  exitcode  : -9 (pid: 10)",
               "[2]:", "  rank      : 2 (local_rank: 2)", "  exitcode  : -15 (pid: 12)",
