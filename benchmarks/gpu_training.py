@@ -1,10 +1,10 @@
 """On one GPU: lesson 07's AMP comparison with its own script, and DDP's cost with one process.
 
-* AMP: lesson 07's ``train_amp.py``, written from the notebook's ``%%write_script`` cell at run
-  time, in its ``--measure-steps`` mode (images/s of training steps after a warm-up, per round,
-  and CUDA peak memory), ResNet-18 at batch 1024, the lesson's variants: fp32, fp32
-  channels_last, fp16, fp16 channels_last, bf16 channels_last. One launch per variant, the
-  launches interleaved in rounds.
+* AMP: lesson 07's ``train_amp_speed.py`` (its second step), written from the notebook's
+  ``%%write_script`` cell at run time, in its ``--measure-steps`` mode (images/s of training
+  steps after a warm-up, per round, and CUDA peak memory), ResNet-18 at batch 1024, the lesson's
+  variants: fp32, fp32 channels_last, fp16, fp16 channels_last, bf16 channels_last. One launch
+  per variant, the launches interleaved in rounds.
 * DDP with one process against the plain model: the lessons have no script that trains the
   plain model, so ``workers/gpu_throughput.py`` measures it.
 
@@ -32,7 +32,7 @@ AMP_VARIANTS = {
 def amp(quick: bool, folder) -> dict[str, dict[str, list[float]]]:
     """Per variant: images/s per round (median of the launch's rounds) and peak MB."""
     script = scripts.from_notebook(ROOT / "notebooks" / "07_mixed_precision.ipynb",
-                                   "train_amp.py", directory=folder, quiet=True)
+                                   "train_amp_speed.py", directory=folder, quiet=True)
     measure = ["--model", "resnet18", "--batch-size", 1024, "--warmup-steps", 10,
                "--measure-steps", 10 if quick else 20, "--rounds", 3,
                "--train-samples", 8192, "--test-samples", 256,
@@ -63,8 +63,8 @@ def ddp_overhead(quick: bool, folder) -> dict[str, list[float]]:
 
 def run(quick: bool = False) -> Table:
     headers = ["what", "variant", "images/s", "x baseline", "peak MB"]
-    title = ("One GPU: lesson 07's train_amp.py, ResNet-18 at batch 1024, by precision and layout; "
-             "DDP with 1 process vs the plain model (workers/gpu_throughput.py, batch 256)")
+    title = ("One GPU: lesson 07's train_amp_speed.py, ResNet-18 at batch 1024, by precision and "
+             "layout; DDP with 1 process vs the plain model (workers/gpu_throughput.py, batch 256)")
     if not torch.cuda.is_available():
         print("gpu: skipped, no CUDA GPU is visible to this torch "
               f"({torch.__version__}, CUDA build {torch.version.cuda or 'none'})")

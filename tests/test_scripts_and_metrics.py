@@ -130,6 +130,25 @@ def test_lesson_05_teaches_ddp_in_at_most_60_changed_lines(workdir):
     assert scripts.diff_size(single, ddp) <= 60, text
 
 
+AMP_ESSENTIALS = ("torch.autocast(device.type", "torch.amp.GradScaler(device.type",
+                  "scaler.scale(", "scaler.step(optimizer)", "scaler.update()", '"scaler":')
+
+
+def test_lesson_07_first_step_adds_mixed_precision_and_nothing_else(workdir):
+    """Lesson 07's first diff holds autocast and the scaler; the speed knobs are its second step."""
+    resume = scripts.from_notebook(NOTEBOOKS / "05_ddp.ipynb", "train_ddp_resume.py", quiet=True)
+    amp = scripts.from_notebook(NOTEBOOKS / "07_mixed_precision.ipynb", "train_amp.py",
+                                quiet=True)
+    speed = scripts.from_notebook(NOTEBOOKS / "07_mixed_precision.ipynb", "train_amp_speed.py",
+                                  quiet=True)
+    text = scripts.diff(resume, amp)
+    added = [line[1:] for line in text.splitlines()[2:] if line.startswith("+")]
+    missing = [e for e in AMP_ESSENTIALS if not any(e in line for line in added)]
+    assert not missing, f"mixed precision essentials not in lesson 07's first diff: {missing}"
+    assert scripts.diff_size(resume, amp) <= 30, text
+    assert "resnet18" not in amp.read_text() and "--measure-steps" in speed.read_text()
+
+
 def test_load_module_imports_a_script_without_running_main(workdir):
     path = write_script("lesson.py", """
         def double(x):

@@ -1,7 +1,7 @@
 """One device: ResNet-18 images/s of the plain model and of 1-process DDP, in fp32.
 
 The lessons have no script that trains the plain (unwrapped) model, so DDP's own cost on one
-GPU is measured here; the AMP comparison runs lesson 07's ``train_amp.py`` instead.
+GPU is measured here; the AMP comparison runs lesson 07's ``train_amp_speed.py`` instead.
 
 Run by torchrun with one process: python -m torch.distributed.run --nproc-per-node=1
     gpu_throughput.py [--steps 20]
