@@ -134,6 +134,19 @@ def refusal_message(result: LaunchResult, complaint: str) -> str:
             "what it accepts.")
 
 
+def _crash_report(text: str) -> str:
+    """faulthandler's report of a crash in native code (SIGSEGV, SIGABRT...), or ``""``.
+
+    Every worker of a launch enables it (``worker_site``): the report gives each Python thread's
+    stack, innermost first, then a long list of extension modules, left out here.
+    """
+    start = text.rfind("Fatal Python error:")
+    if start < 0:
+        return ""
+    lines = text[start:].splitlines()
+    return "\n".join(line for line in lines if not line.startswith("Extension modules:")).rstrip()
+
+
 def _traceback(text: str) -> str:
     start = text.rfind("Traceback (most recent call last)")
     return text[start:] if start >= 0 else ""
@@ -156,10 +169,14 @@ def failure_message(result: LaunchResult, rank: int | None, exitcode: int | None
     who = f"Rank {rank}" if rank is not None else "torchrun"
     raised = raised_errors(result).get(rank) if rank is not None else None
     text = result.output(rank if rank is not None else AGENT, stream="stderr")
+    crash = _crash_report(text)
     tb = (raised.traceback.rstrip() if raised else
-          _traceback(text) or "\n".join(text.splitlines()[-15:]))
+          crash or _traceback(text) or "\n".join(text.splitlines()[-15:]))
     parts = [f"{who} {_exit_description(exitcode)} while running {result.script.name} "
              f"(launch ended after {result.wall_time:.1f} s)."]
+    frame = stacks.innermost_in(crash, result.script) if crash and not raised else None
+    if frame:
+        parts.append(f"It crashed at {frame.describe()}")
     if tb:
         parts.append(f"Its error output:\n{_indent(tb)}")
     others = [f"rank {other}: {last_error(result, other)}" for other in result.ranks()

@@ -205,6 +205,28 @@ def test_rank_killed_by_signal_is_reported(make_script):
     assert "killed by SIGKILL" in str(info.value)
 
 
+CRASHES = """
+    import ctypes, os, time
+
+    def read_address_zero():
+        return ctypes.string_at(0)  # a crash in native code: SIGSEGV
+
+    if os.environ["RANK"] == "1":
+        read_address_zero()
+    time.sleep(60)  # rank 0 waits, as a rank blocked in a collective would
+"""
+
+
+def test_a_rank_that_crashes_in_native_code_is_named_with_its_line(make_script):
+    script = make_script("crash.py", CRASHES)
+    with pytest.raises(RankFailed) as info:
+        launch(script, nproc_per_node=2, timeout=120, stream=False)
+    message = str(info.value)
+    assert info.value.rank == 1 and "killed by SIGSEGV" in message, message
+    assert "It crashed at crash.py:5  return ctypes.string_at(0)" in message, message
+    assert "Extension modules" not in message, message
+
+
 def test_check_false_returns_the_failed_result(make_script):
     script = make_script("exit3.py", "import sys; print('bye'); sys.exit(3)\n")
     result = launch(script, nproc_per_node=1, timeout=120, stream=False, check=False)

@@ -7,6 +7,9 @@ writes every thread's Python stack to ``$DDP_WORKSHOP_STACKS/rank<RANK>.txt``. T
 job tells which line each rank was waiting on. faulthandler writes from its C signal handler, so
 a rank stuck inside a collective (in C++, the GIL released or not) still answers.
 
+A worker that crashes in native code (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL) prints every
+thread's Python stack to its stderr first, so the failure message shows the line it was on.
+
 It also does for every script what torchrun's ``@record`` decorator does for the function it
 wraps: an uncaught exception is written to the error file torchrun names in
 ``TORCHELASTIC_ERROR_FILE``, in torchrun's format, so torchrun's failure report shows the
@@ -29,6 +32,9 @@ def _register_stack_dump() -> None:
     import faulthandler
     import signal
 
+    # A rank that crashes in C++ (SIGSEGV, SIGABRT, ...) prints every thread's Python stack to its
+    # stderr before it dies, so the failure message can say which line it was on.
+    faulthandler.enable(file=sys.stderr, all_threads=True)
     if not hasattr(signal, "SIGUSR1"):
         return
     os.makedirs(folder, exist_ok=True)
