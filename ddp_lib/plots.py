@@ -44,6 +44,24 @@ def bar_chart(values: Mapping[str, float], *, ylabel: str, title: str | None = N
     return fig
 
 
+def bar_panels(rows: Mapping[str, Mapping[str, float]], panels: Mapping[str, tuple[str, str]],
+               *, colours: Sequence[str] | None = None, title: str | None = None) -> Figure:
+    """Runs side by side, one panel per measure: ``panels`` maps a key of each row to the panel's
+    title and the format of its bar labels (``"%.3f"``)."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6), squeeze=False)
+    labels = list(rows)
+    for ax, (key, (panel_title, fmt)) in zip(axes.flat, panels.items(), strict=True):
+        bars = ax.bar(labels, [rows[label][key] for label in labels], color=colours)
+        ax.bar_label(bars, fmt=fmt)
+        ax.set_title(panel_title, fontsize=10)
+        ax.margins(y=0.15)
+        ax.tick_params(axis="x", labelsize=8)
+    if title:
+        fig.suptitle(title, fontsize=9, wrap=True)
+    fig.tight_layout()
+    return fig
+
+
 def curves(series: Mapping[str, Sequence[tuple[float, float]]], *, xlabel: str, ylabel: str,
            title: str | None = None) -> Figure:
     """One line per entry, each a sequence of ``(x, y)`` points."""

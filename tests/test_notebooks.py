@@ -17,14 +17,6 @@ SOLUTION = "solution"
 # A question answered by reasoning alone says so in its folded solution's summary.
 THOUGHT = "<details><summary>Solution (a question to think through: no code to run)</summary>"
 EXERCISE = re.compile(r"^\*\*(\d+)\.", re.MULTILINE)
-# Exercises that ask for an experiment whose solution is still prose only: each should get a
-# `solution` cell that runs it at the course's small size. The test below fails when one of them
-# gets its cell, so that this list only shrinks.
-PROSE_ONLY = {
-    "05_ddp.ipynb": {2},
-    "07_mixed_precision.ipynb": {4},
-    "08_scaling.ipynb": {3},
-}
 
 
 def cells(path: Path) -> list[dict]:
@@ -92,9 +84,8 @@ def test_every_exercise_is_followed_by_its_solution(path):
     found = exercises(path)
     assert list(found) == list(range(1, len(found) + 1)), f"{path.name} numbers {list(found)}"
     prose = {n for n, kind in found.items() if kind == "prose"}
-    assert prose == PROSE_ONLY.get(path.name, set()), (
-        f"{path.name}: exercises {sorted(prose)} have neither a `solution` cell nor the "
-        f"'no code to run' summary (PROSE_ONLY lists {sorted(PROSE_ONLY.get(path.name, set()))})")
+    assert not prose, (f"{path.name}: exercises {sorted(prose)} have neither a `solution` cell "
+                       "nor the 'no code to run' summary")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

@@ -23,6 +23,14 @@ def test_bar_chart_labels_every_bar_with_its_value():
     assert [t.get_text() for t in ax.texts] == ["1.0", "2.5"]
 
 
+def test_bar_panels_draw_one_panel_per_measure_with_every_run():
+    rows = {"fp32": {"speed": 10.0, "accuracy": 0.5}, "bf16": {"speed": 12.0, "accuracy": 0.25}}
+    fig = plots.bar_panels(rows, {"speed": ("images/s", "%.0f"), "accuracy": ("acc", "%.2f")})
+    assert [ax.get_title() for ax in fig.axes] == ["images/s", "acc"]
+    assert [p.get_height() for p in fig.axes[1].patches] == [0.5, 0.25]
+    assert [t.get_text() for t in fig.axes[0].texts] == ["10", "12"]
+
+
 def test_curves_draws_one_line_per_series():
     fig = plots.curves({"x": [(0, 1.0), (1, 0.5)], "y": [(0, 2.0)]}, xlabel="step", ylabel="loss")
     lines = fig.axes[0].get_lines()
