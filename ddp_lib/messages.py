@@ -19,6 +19,7 @@ other rank that raised, so both sides of a failure are in view.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import signal
@@ -147,6 +148,23 @@ def _crash_report(text: str) -> str:
     return "\n".join(line for line in lines if not line.startswith("Extension modules:")).rstrip()
 
 
+def crash_location(report: str, script: str | os.PathLike) -> str:
+    """The line of ``script`` a faulthandler crash report points at, said for a person, or ``""``.
+
+    The report lists every Python thread; the one that crashed is marked "Current thread". When
+    that thread has no frame in the script (a helper thread, or C++ with no Python frame), the
+    line the script itself was on is still worth giving, said as such.
+    """
+    current = next((block for block in report.split("\n\n")
+                    if block.lstrip().startswith("Current thread")), "")
+    frame = stacks.innermost_in(current, script)
+    if frame:
+        return f"It crashed at {frame.describe()}"
+    frame = stacks.innermost_in(report, script)
+    return (f"It crashed outside the script's own frames, while the script was at "
+            f"{frame.describe()}" if frame else "")
+
+
 def _traceback(text: str) -> str:
     start = text.rfind("Traceback (most recent call last)")
     return text[start:] if start >= 0 else ""
@@ -174,9 +192,9 @@ def failure_message(result: LaunchResult, rank: int | None, exitcode: int | None
           crash or _traceback(text) or "\n".join(text.splitlines()[-15:]))
     parts = [f"{who} {_exit_description(exitcode)} while running {result.script.name} "
              f"(launch ended after {result.wall_time:.1f} s)."]
-    frame = stacks.innermost_in(crash, result.script) if crash and not raised else None
-    if frame:
-        parts.append(f"It crashed at {frame.describe()}")
+    where = crash_location(crash, result.script) if crash and not raised else ""
+    if where:
+        parts.append(where)
     if tb:
         parts.append(f"Its error output:\n{_indent(tb)}")
     others = [f"rank {other}: {last_error(result, other)}" for other in result.ranks()

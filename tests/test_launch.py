@@ -227,6 +227,24 @@ def test_a_rank_that_crashes_in_native_code_is_named_with_its_line(make_script):
     assert "Extension modules" not in message, message
 
 
+def test_a_crash_is_placed_in_the_thread_that_crashed(tmp_path):
+    """faulthandler lists every thread; the line given is the crashing thread's, and a crash in a
+    thread with no frame in the script says where the script was instead of claiming that line."""
+    script = tmp_path / "train.py"
+    script.write_text("def main():\n    step()\n    loader()\n")
+    main_thread = f'  File "{script}", line 2 in main\n'
+    helper = f'  File "{script}", line 3 in main\n'
+    report = ("Fatal Python error: Segmentation fault\n\n"
+              f"Thread 0x01 (most recent call first):\n{helper}\n"
+              f"Current thread 0x02 (most recent call first):\n{main_thread}")
+    assert messages.crash_location(report, script) == "It crashed at train.py:2  step()"
+    elsewhere = ("Fatal Python error: Segmentation fault\n\n"
+                 f"Thread 0x02 (most recent call first):\n{main_thread}\n"
+                 "Current thread 0x01 (most recent call first):\n  <no Python frame>\n")
+    assert messages.crash_location(elsewhere, script) == (
+        "It crashed outside the script's own frames, while the script was at train.py:2  step()")
+
+
 def test_check_false_returns_the_failed_result(make_script):
     script = make_script("exit3.py", "import sys; print('bye'); sys.exit(3)\n")
     result = launch(script, nproc_per_node=1, timeout=120, stream=False, check=False)
