@@ -82,10 +82,12 @@ def make_script(workdir: Path):
     return make
 
 
-# The early lessons that make test runs in the tests' lane, after the tests: the two lanes then
-# take about as long as each other (measured: tests 420 s, notebooks 870 s with every notebook in
-# the notebooks' lane). None of them needs a script another notebook writes.
-TESTS_LANE_NOTEBOOKS = ("00_setup", "02_data_parallel", "03_ring_allreduce", "04_init_methods")
+# The lessons that make test runs in the tests' lane, after the tests: the two lanes then take
+# about as long as each other (measured: tests 520 s + these 380 s, the notebooks' lane 830 s).
+# None of them reads a file another notebook writes while it runs: lesson 05 takes lesson 01's
+# script from 01's source, not from the file 01 writes.
+TESTS_LANE_NOTEBOOKS = ("00_setup", "01_single_device", "02_data_parallel", "03_ring_allreduce",
+                        "04_init_methods")
 
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: make test runs with -n 2
@@ -93,10 +95,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """Two lanes, each running its items one after another: the later lessons in one, the tests
     and then the early lessons (``TESTS_LANE_NOTEBOOKS``) in the other.
 
-    A lesson and the lessons it builds on share a lane (05 takes 01's script from 01's source;
-    06-08 take 05's), and every script is written whole, by rename, so two lessons at once never
-    read a half-written file. Each lane keeps about one core busy, also while the other waits on
-    a timeout, a rendezvous or a browser. (xdist's ``loadscope``, with the lane as the scope.)
+    Lessons 06-08 run the scripts lesson 05 writes, so they share its lane; every script is
+    written whole, by rename, so two lessons at once never read a half-written file. Each lane
+    keeps about one core busy, also while the other waits on a timeout, a rendezvous or a
+    browser. (xdist's ``loadscope``, with the lane as the scope.)
     """
     from xdist.scheduler import LoadScopeScheduling
 

@@ -210,6 +210,9 @@ def _wait_for(ready, within: float, what: str, folder: Path) -> None:
         time.sleep(0.5)
 
 
+# In the long sweep (make test-browser): installing and starting Slurm, then a two-node job, takes
+# most of a minute, and make test already checks the generated script's text (test_cluster.py).
+@pytest.mark.sweep
 def test_generated_script_runs_on_two_slurm_nodes(slurm: dict[str, str], tmp_path: Path):
     (tmp_path / "job.py").write_text(JOB)
     rendezvous_port, = free_ports(1)  # both nodes share this machine's network
