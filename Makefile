@@ -137,7 +137,9 @@ bench: $(READY)
 
 # Another torch, e.g. make compat TORCH=2.4.1 (a release listed in ddp_lib/compat.py): a second
 # environment, outside the clone, with that torch, the torchvision built for it and the other
-# pins; then, on the CPU, the tests that launch torchrun and every notebook, as make test runs them.
+# pins; then, on the CPU, the tests that launch torchrun and every notebook, as make test runs them,
+# with the long sweep's launches too (20 clean exits in a row, the Slurm job, a two-node hang): an
+# older torch is where those fail.
 COMPAT_VENV = $(CACHE_DIR)/compat-torch$(TORCH)-$(ENV_KEY)
 COMPAT_TESTS ?= tests/test_launch.py tests/test_multihost.py tests/test_clean_shutdown.py \
 	tests/test_slurm.py tests/test_cluster.py tests/test_hardware.py tests/test_compat.py \
@@ -147,7 +149,7 @@ compat: export DDP_WORKSHOP_FULL_SIZE ?= 0
 compat: export CUDA_VISIBLE_DEVICES ?=
 compat: $(COMPAT_VENV)/.ready
 	"$(COMPAT_VENV)/bin/python" ddp_lib/compat.py check
-	"$(COMPAT_VENV)/bin/python" -m pytest $(COMPAT_TESTS) -m "not sweep" --nbval-lax --nbval-current-env \
+	"$(COMPAT_VENV)/bin/python" -m pytest $(COMPAT_TESTS) --nbval-lax --nbval-current-env \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600 --durations=15
 
 $(COMPAT_VENV)/.ready:
