@@ -83,7 +83,8 @@ def make_script(workdir: Path):
 
 
 # The lessons that make test runs in the tests' lane, after the tests: the two lanes then take
-# about as long as each other (measured: tests 520 s + these 380 s, the notebooks' lane 830 s).
+# about as long as each other (pytest's item times on a 2-core AMD machine: the tests 400 s and
+# these lessons 380 s; lessons 05-09, the other lane, 820 s).
 # None of them reads a file another notebook writes while it runs: lesson 05 takes lesson 01's
 # script from 01's source, not from the file 01 writes.
 TESTS_LANE_NOTEBOOKS = ("00_setup", "01_single_device", "02_data_parallel", "03_ring_allreduce",
