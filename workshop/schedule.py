@@ -25,23 +25,21 @@ MINUTES_LINE = re.compile(r"\*Teaching: (\d+) min · Exercises: (\d+) min\*")
 
 # Where the figures come from: a key in the table, its meaning under it.
 SOURCES = {
-    "bench": "[benchmarks §4](benchmarks.md#4-the-series-itself), its second run: the notebook "
-             "executed headless (`make bench`), small size, 2 cores, an idle machine.",
-    "nbval": "measured under nbval (`make test`'s way of running a notebook), small size, on 2 "
-             "cores shared with other CPU-heavy work (load average above 2), on 2026-11-23, "
-             "after the lesson's exercises got runnable solutions: the lesson is newer than the "
-             "benchmark run, or changed since. The load inflates them: in the idle benchmark run, "
-             "before these solutions, 00 took 27 s, 01 32 s, 04 49 s, 06 55 s, 07 43 s.",
+    "nbval": "pytest's own time for the notebook in one `make test` run (nbval, small size) on "
+             "2026-11-24, commit 8c74fe7, on a 2-core AMD EPYC machine, with make test's other "
+             "lane running beside it ([benchmarks §4](benchmarks.md#4-the-series-itself)); an "
+             "idle machine with more cores runs it faster. Lesson 05 has since dropped one of "
+             "its four-process launches (about 25 s).",
     "h100": "[benchmarks, GPU](benchmarks.md#gpu): one H100, full size, taken before the GPU "
             "path was rebuilt and the lesson changed: **not measured since**.",
 }
-CPU_BENCH, CPU_NOW, GPU_OLD = "bench", "nbval", "h100"
+CPU_NOW, GPU_OLD = "nbval", "h100"
 # Seconds per notebook, and the source of each figure (None: no record).
 CPU_SECONDS: dict[str, tuple[float, str]] = {
-    "00": (69.6, CPU_NOW), "01": (92.8, CPU_NOW), "02": (11.8, CPU_BENCH),
-    "03": (21.5, CPU_BENCH), "04": (86.4, CPU_NOW), "05": (66.9, CPU_BENCH),
-    "06": (110.9, CPU_NOW), "07": (129.3, CPU_NOW), "08": (111.7, CPU_BENCH),
-    "09": (146.7, CPU_NOW),
+    "00": (67.0, CPU_NOW), "01": (133.6, CPU_NOW), "02": (24.4, CPU_NOW),
+    "03": (56.2, CPU_NOW), "04": (100.2, CPU_NOW), "05": (229.4, CPU_NOW),
+    "06": (107.3, CPU_NOW), "07": (173.3, CPU_NOW), "08": (239.2, CPU_NOW),
+    "09": (98.0, CPU_NOW),
 }
 GPU_SECONDS: dict[str, float | None] = {
     "00": 52, "01": 66, "02": 16, "03": 37, "04": 90, "05": 114, "06": 88, "07": 69, "08": 184,
