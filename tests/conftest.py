@@ -85,8 +85,9 @@ def make_script(workdir: Path):
 # The lessons that make test runs in the tests' lane, after the tests: the two lanes then take
 # about as long as each other (pytest's item times on a 2-core AMD machine: the tests 400 s and
 # these lessons 380 s; lessons 05-09, the other lane, 820 s).
-# None of them reads a file another notebook writes while it runs: lesson 05 takes lesson 01's
-# script from 01's source, not from the file 01 writes.
+# Lesson 01 may run beside lesson 05, which writes 01's script again from 01's source
+# (scripts.from_notebook): both write the same text, whole and by rename, and nothing else that
+# one of them writes is read by the other.
 TESTS_LANE_NOTEBOOKS = ("00_setup", "01_single_device", "02_data_parallel", "03_ring_allreduce",
                         "04_init_methods")
 

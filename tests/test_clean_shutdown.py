@@ -54,9 +54,10 @@ DDP_SCRIPT = """
     print("threads after destroy:", thread_names(), flush=True)
 """
 
-# One launch shows the cause (Gloo workers left): the late-import test below, in make test. Every
-# DDP launch of the notebooks would fail make test on an abort at exit; the long sweep (make
-# test-browser) launches 20 times in a row, for aborts that come too rarely for one run to see.
+# One launch shows the cause (Gloo workers left): the late-import test below, in make test. A
+# notebook launch that checks its exit (the default, check=True) fails make test on an abort at
+# exit; the long sweep (make test-browser) launches 20 times in a row, for aborts that come too
+# rarely for one run to see.
 RUNS = 20
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"),
