@@ -37,7 +37,7 @@ help:
 	@echo "make setup   create the Python environment ($(VENV))"
 	@echo "make lab     open the course in JupyterLab"
 	@echo "make run     execute every notebook headless into build/ (notebooks and HTML pages)"
-	@echo "make test    lint, unit tests, every notebook through nbval, a representative set in JupyterLab"
+	@echo "make test    lint, unit tests, every notebook once: a representative set in JupyterLab, the rest through nbval"
 	@echo "make test-browser  the long sweep: every other notebook in JupyterLab, repeated launches"
 	@echo "make bench   benchmarks: launch overhead, all-reduce bandwidth, training (docs/benchmarks.md)"
 	@echo "make compat TORCH=2.4.1   notebooks and launch tests with another torch (docs/compatibility.md)"

@@ -82,6 +82,24 @@ def make_script(workdir: Path):
     return make
 
 
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected what they deselect
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Execute each notebook once: a notebook that JupyterLab runs in this session (the browser
+    test's representative set, where Chromium is there) is not run through nbval as well.
+
+    The browser test fails on any error output, as nbval does, and checks more besides (per-rank
+    output, figures, widgets). Without Chromium its module collects nothing, and nbval runs the
+    notebook as usual.
+    """
+    in_browser = {item.callspec.params["notebook"].name for item in items
+                  if getattr(item, "originalname", None) == "test_notebook_runs_in_jupyterlab"}
+    twice = [item for item in items
+             if item.path.suffix == ".ipynb" and item.path.name in in_browser]
+    if twice:
+        config.hook.pytest_deselected(items=twice)
+        items[:] = [item for item in items if item not in twice]
+
+
 # The lessons that make test runs in the tests' lane, after the tests: the two lanes then take
 # about as long as each other (pytest's item times on a 2-core AMD machine: the tests 400 s and
 # these lessons 380 s; lessons 05-09, the other lane, 820 s).

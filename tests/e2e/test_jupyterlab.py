@@ -11,7 +11,8 @@ button. Screenshots go to build/screenshots/.
 ``make test`` drives a representative set: lesson 03 (widgets: the ring stepper; figures; a
 launch with live per-rank output) and the stop button (a launch with live output, interrupted).
 The other notebooks carry the ``sweep`` marker and run in the browser with ``make
-test-browser``; nbval executes every notebook in ``make test`` already.
+test-browser``. In ``make test`` nbval executes every notebook that the browser does not
+(tests/conftest.py), so each runs once.
 """
 
 from __future__ import annotations
