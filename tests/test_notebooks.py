@@ -42,6 +42,16 @@ def test_committed_without_outputs(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_cells_that_keep_their_output_have_one(path):
+    # nbval compares a tagged cell with its stored output only if the stored cell was run: a tag
+    # on a cell without an execution count or without output checks nothing.
+    for i, cell in enumerate(cells(path)):
+        if KEEP_OUTPUT in cell.get("metadata", {}).get("tags", []):
+            assert cell.get("outputs") and cell.get("execution_count") is not None, \
+                f"{path.name} cell {i} is tagged {KEEP_OUTPUT} but stores no output to compare"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_has_the_shape_of_a_lesson(path):
     all_cells = cells(path)
     first = text(all_cells[0])
