@@ -25,21 +25,21 @@ MINUTES_LINE = re.compile(r"\*Teaching: (\d+) min · Exercises: (\d+) min\*")
 
 # Where the figures come from: a key in the table, its meaning under it.
 SOURCES = {
-    "nbval": "pytest's own time for the notebook in one `make test` run (nbval, small size) on "
-             "2026-11-24, commit 8c74fe7, on a 2-core AMD EPYC machine, with make test's other "
-             "lane running beside it ([benchmarks §4](benchmarks.md#4-the-series-itself)); an "
-             "idle machine with more cores runs it faster. Lesson 05 has since dropped one of "
-             "its four-process launches (about 25 s).",
+    "alone": "the notebook executed alone, headless, kernel start included (`make bench "
+             "BENCH_ARGS=\"--only notebooks\"`, small size, every solution run) on 2026-11-24, "
+             "commit 6303671, on an otherwise idle 2-core AMD EPYC machine "
+             "([benchmarks §4](benchmarks.md#4-the-series-itself)); a machine with more cores "
+             "runs it faster.",
     "h100": "[benchmarks, GPU](benchmarks.md#gpu): one H100, full size, taken before the GPU "
             "path was rebuilt and the lesson changed: **not measured since**.",
 }
-CPU_NOW, GPU_OLD = "nbval", "h100"
+CPU_NOW, GPU_OLD = "alone", "h100"
 # Seconds per notebook, and the source of each figure (None: no record).
 CPU_SECONDS: dict[str, tuple[float, str]] = {
-    "00": (67.0, CPU_NOW), "01": (133.6, CPU_NOW), "02": (24.4, CPU_NOW),
-    "03": (56.2, CPU_NOW), "04": (100.2, CPU_NOW), "05": (229.4, CPU_NOW),
-    "06": (107.3, CPU_NOW), "07": (173.3, CPU_NOW), "08": (239.2, CPU_NOW),
-    "09": (98.0, CPU_NOW),
+    "00": (45.6, CPU_NOW), "01": (46.9, CPU_NOW), "02": (13.4, CPU_NOW),
+    "03": (35.2, CPU_NOW), "04": (70.8, CPU_NOW), "05": (123.4, CPU_NOW),
+    "06": (95.8, CPU_NOW), "07": (91.6, CPU_NOW), "08": (180.2, CPU_NOW),
+    "09": (101.1, CPU_NOW),
 }
 GPU_SECONDS: dict[str, float | None] = {
     "00": 52, "01": 66, "02": 16, "03": 37, "04": 90, "05": 114, "06": 88, "07": 69, "08": 184,
