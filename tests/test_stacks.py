@@ -6,7 +6,6 @@ collective and in plain Python, on one node and on two.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -108,15 +107,3 @@ def test_a_hung_launch_names_each_ranks_line(make_script, where):
     assert sorted(error.result.stacks) == [0, 1]
     assert (error.result.run_dir / "stacks" / "rank0.txt").is_file()
     assert late < 15, f"the report came {late:.1f} s after the timeout"
-
-
-def test_a_sitecustomize_that_was_there_still_runs(make_script, workdir, monkeypatch):
-    # A site's or a distribution's own sitecustomize, on the path before the launch.
-    site = workdir / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text("import os\nos.environ['SITE_RAN'] = 'yes'\n")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [
-        str(site), os.environ.get("PYTHONPATH")])))
-    script = make_script("site.py", "import os; print('site', os.environ.get('SITE_RAN'))\n")
-    result = launch(script, nproc_per_node=1, stream=False, timeout=60)
-    assert "site yes" in result.output(0)

@@ -1,0 +1,58 @@
+"""What every process of a launch runs first (``ddp_lib/worker_site/sitecustomize.py``), besides
+the stack dumps (``test_stacks.py``) and torchrun's error files (``test_launch.py``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from ddp_lib import launch
+
+WORKER_SITE = Path(__file__).resolve().parents[1] / "ddp_lib" / "worker_site"
+
+# An object only a reference cycle keeps, left for Python's last garbage collection to finalize.
+LEFT_IN_A_CYCLE = """
+    import gc
+    import os
+
+    gc.disable()  # nothing collects it before the exit
+
+
+    class Noted:
+        def __del__(self):
+            os.write(1, b"finalized by the last collection\\n")
+
+
+    cycle = Noted()
+    cycle.itself = cycle
+    del cycle
+    print("done", flush=True)
+"""
+
+
+def test_the_last_garbage_collection_is_skipped(tmp_path):
+    script = tmp_path / "cycle.py"
+    script.write_text(textwrap.dedent(LEFT_IN_A_CYCLE))
+
+    def run(pythonpath: str) -> str:
+        env = {**os.environ, "PYTHONPATH": pythonpath}
+        return subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                              text=True, check=True, timeout=60).stdout
+
+    assert run("") == "done\nfinalized by the last collection\n"  # Python's own exit
+    assert run(str(WORKER_SITE)) == "done\n"
+
+
+def test_a_sitecustomize_that_was_there_still_runs(make_script, workdir, monkeypatch):
+    # A site's or a distribution's own sitecustomize, on the path before the launch.
+    site = workdir / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import os\nos.environ['SITE_RAN'] = 'yes'\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [
+        str(site), os.environ.get("PYTHONPATH")])))
+    script = make_script("site.py", "import os; print('site', os.environ.get('SITE_RAN'))\n")
+    result = launch(script, nproc_per_node=1, stream=False, timeout=60)
+    assert "site yes" in result.output(0)
