@@ -52,10 +52,10 @@ RANK1_FAILS = """
 """
 
 SLEEPER = """
-    import sys, time
+    import os, sys, time
     from pathlib import Path
     print("started", flush=True)
-    Path(sys.argv[1]).touch()
+    Path(sys.argv[1], "started.rank" + os.environ["RANK"]).touch()
     time.sleep(300)
 """
 
@@ -262,7 +262,7 @@ def test_timeout_stops_everything(make_script, workdir):
     script = make_script("sleeper.py", SLEEPER)
     start = time.monotonic()
     with pytest.raises(LaunchTimeout) as info:
-        launch(script, args=[workdir / "started"], nproc_per_node=2, timeout=12, stream=False)
+        launch(script, args=[workdir], nproc_per_node=2, timeout=12, stream=False)
     assert time.monotonic() - start < 12 + 20
     assert "did not finish within timeout=12 s" in str(info.value)
     assert "started" in str(info.value)  # the last lines of each rank are shown
@@ -373,19 +373,19 @@ def _launch_in_child(workdir: Path, script: Path) -> subprocess.Popen:
     """
     code = ("import faulthandler, signal; faulthandler.register(signal.SIGUSR1, all_threads=True)\n"
             "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
-            f"import ddp_lib; ddp_lib.launch({str(script)!r}, args=[{str(workdir / 'started')!r}],"
+            f"import ddp_lib; ddp_lib.launch({str(script)!r}, args=[{str(workdir)!r}],"
             " nproc_per_node=2, timeout=300)")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen([sys.executable, "-c", code], cwd=workdir, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _wait_for_workers(workdir: Path, kernel: subprocess.Popen, count: int = 2) -> None:
+def _wait_for_workers(workdir: Path, kernel: subprocess.Popen) -> None:
+    """Wait until both ranks run the script: a rank still starting Python has not yet registered
+    the signal that asks it for its stack, and would die of it without saying where it was."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        workers = [p for p in processes_mentioning(str(workdir / "sleeper.py"))
-                   if "torch.distributed.run" not in command_line(p)]
-        if len(workers) >= count and (workdir / "started").exists():
+        if len(list(workdir.glob("started.rank*"))) == 2:
             return
         assert kernel.poll() is None, kernel.communicate()
         time.sleep(0.2)
