@@ -101,19 +101,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 # The lessons that make test runs in the tests' lane, after the tests: the two lanes then take
-# about as long as each other (pytest's item times in one make test on a 2-core AMD machine: the
-# tests 420 s and these lessons 400 s; lessons 05-08, the other lane, 770 s).
+# about as long as each other (pytest's item times in one make test at ce9f8a4 on a 2-core AMD
+# machine: the tests 292 s and these lessons 249 s; lessons 00 and 05-08, the other lane, 554 s).
 # Any lesson may run beside any other: a lesson that builds on an earlier one's script writes it
 # again from that notebook's source (scripts.from_notebook), both write the same text, whole and
 # by rename, and each lesson's checkpoints, traces and launch folders have names of its own.
-TESTS_LANE_NOTEBOOKS = ("00_setup", "01_single_device", "02_data_parallel", "03_ring_allreduce",
+TESTS_LANE_NOTEBOOKS = ("01_single_device", "02_data_parallel", "03_ring_allreduce",
                         "04_init_methods", "09_hangs")
 
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: make test runs with -n 2
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """Two lanes, each running its items one after another: lessons 05-08 in one, the tests and
-    then the other lessons (``TESTS_LANE_NOTEBOOKS``) in the other.
+    """Two lanes, each running its items one after another: lessons 00 and 05-08 in one, the
+    tests and then the other lessons (``TESTS_LANE_NOTEBOOKS``) in the other.
 
     Each lane keeps about one core busy, also while the other waits on a timeout, a rendezvous or
     a browser. (xdist's ``loadscope``, with the lane as the scope.)
