@@ -208,3 +208,32 @@ def step_breakdown(spans: list[Span]) -> dict[int, dict[str, float]]:
             totals["hidden"] += _overlap(comm, grads)
         out[rank] = {k: v / len(steps) for k, v in totals.items()}
     return out
+
+
+def transfer_ms(spans: list[Span]) -> float:
+    """Milliseconds per step that the collectives took once every rank had reached them.
+
+    A rank that reaches a collective first waits in it for the others, so a rank's
+    ``communication`` also counts how far behind its peers were: on a busy machine that varies
+    more than the bytes do. Here each collective (the k-th of a step on every rank: DDP runs the
+    same buckets in the same order everywhere) counts from its last rank's start to that rank's
+    end, which leaves the waiting out. Mean over the recorded steps; 0 for a single rank.
+    """
+    by_step: dict[int, dict[int, list[Span]]] = defaultdict(lambda: defaultdict(list))
+    for s in spans:
+        if s.lane == COMMUNICATION:
+            by_step[s.step][s.rank].append(s)
+    ranks = {s.rank for s in spans}
+    steps = {s.step for s in spans}
+    if len(ranks) < 2 or not steps:
+        return 0.0
+    total = 0.0
+    for step in steps:
+        per_rank = [sorted(by_step[step][rank], key=lambda s: s.start) for rank in sorted(ranks)]
+        if len({len(mine) for mine in per_rank}) != 1:
+            raise ValueError(f"step {step}: the ranks ran different numbers of collectives "
+                             f"({[len(mine) for mine in per_rank]}): not one DDP run's traces?")
+        last_arrivals = [max(same, key=lambda s: s.start)
+                         for same in zip(*per_rank, strict=True)]
+        total += _union_length([(s.start, s.end) for s in last_arrivals])
+    return total / len(steps)

@@ -61,6 +61,20 @@ def test_a_hand_made_trace_gives_its_spans_and_breakdown(tmp_path):
     assert breakdown[1] == pytest.approx(breakdown[0])
 
 
+def test_transfer_leaves_out_the_wait_for_a_late_rank(tmp_path):
+    write(tmp_path / "rank0.json", one_step(1_000))
+    late = one_step(1_000)  # rank 1 reaches the first all-reduce 15 µs later, the second on time
+    late[5] = event("gloo:all_reduce", 1_055, 5, tid=GLOO)
+    write(tmp_path / "rank1.json", late)
+    spans = timeline.read_traces(tmp_path)
+    assert timeline.step_breakdown(spans)[0]["communication"] == pytest.approx(0.040)
+    assert timeline.transfer_ms(spans) == pytest.approx(0.005 + 0.020)  # from the last arrival
+    assert timeline.transfer_ms([s for s in spans if s.rank == 0]) == 0.0
+    write(tmp_path / "rank1.json", late[:5] + late[6:])  # a collective missing on one rank
+    with pytest.raises(ValueError, match="different numbers of collectives"):
+        timeline.transfer_ms(timeline.read_traces(tmp_path))
+
+
 def test_on_a_gpu_backward_is_the_kernels_between_forward_and_the_optimizer(tmp_path):
     gpu = {"tid": 7, "pid": 0}
     events = [
