@@ -218,6 +218,7 @@ def transfer_ms(spans: list[Span]) -> float:
     more than the bytes do. Here each collective (the k-th of a step on every rank: DDP runs the
     same buckets in the same order everywhere) counts from its last rank's start to that rank's
     end, which leaves the waiting out. Mean over the recorded steps; 0 for a single rank.
+    The ranks must share a clock, as those of one machine do (``read_traces``).
     """
     by_step: dict[int, dict[int, list[Span]]] = defaultdict(lambda: defaultdict(list))
     for s in spans:
