@@ -31,11 +31,12 @@ PINS_BUT_TORCH := grep -vE '^(\#|(torch|torchvision)==)' requirements.txt
 NOT_FOR_LEARNERS := torch torchvision nbval pytest pytest-timeout pytest-xdist playwright ruff
 LEARNER_PINS := grep -vE "^(\#|($$(echo $(NOT_FOR_LEARNERS) | tr ' ' '|'))==)" requirements.txt
 
-.PHONY: help setup lab run test test-browser lint browser bench compat wheelhouse exercises schedule clean
+.PHONY: help setup lab lab-exercises run test test-browser lint browser bench compat wheelhouse exercises schedule clean
 
 help:
 	@echo "make setup   create the Python environment ($(VENV))"
 	@echo "make lab     open the course in JupyterLab"
+	@echo "make lab-exercises   build the learners' edition and open it in JupyterLab"
 	@echo "make run     execute every notebook headless into build/ (notebooks and HTML pages)"
 	@echo "make test    lint, unit tests, every notebook once: a representative set in JupyterLab, the rest through nbval"
 	@echo "make test-browser  the long sweep: every other notebook in JupyterLab, repeated launches"
@@ -68,10 +69,25 @@ endif
 	touch "$@"
 
 # Containers often run as root, which Jupyter refuses without --allow-root. LAB_ARGS adds more,
-# e.g. make lab LAB_ARGS="--no-browser --port 8889".
+# e.g. make lab LAB_ARGS="--no-browser --port 8889". EDITION=exercises (or make lab-exercises)
+# serves the learners' edition, built first. JupyterLab neither fetches news nor checks for
+# updates: its "get notified about official Jupyter news?" toast would cover every lesson, and a
+# workshop room's network may not reach the feed. The setting is written into the environment's
+# own settings folder, which the learner's settings still override.
 LAB_ARGS ?=
-lab: $(READY)
-	cd notebooks && "$(BIN)/jupyter" lab $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
+EDITION ?= course
+LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
+lab: $(READY) $(if $(filter exercises,$(EDITION)),exercises)
+	@case "$(EDITION)" in course|exercises) ;; *) echo "EDITION is course or exercises"; exit 2;; esac
+	mkdir -p "$(dir $(LAB_SETTINGS))"
+	cp workshop/lab-settings.json "$(LAB_SETTINGS)"
+	cd $(if $(filter exercises,$(EDITION)),build/exercises/notebooks,notebooks) && \
+		"$(BIN)/jupyter" lab --LabApp.news_url=None \
+		--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
+		$(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
+
+lab-exercises:
+	$(MAKE) lab EDITION=exercises
 
 run: $(READY)
 	rm -rf build/notebooks build/html
