@@ -267,7 +267,9 @@ def host_commands(
     """The command to type on each of ``hosts``, in order: the same command on every one.
 
     The first host is the rendezvous endpoint, so every host must reach it by that name
-    (and the other hosts by theirs: the agents tell each other their host names).
+    (and the other hosts by theirs: the agents tell each other their host names). With
+    ``max_restarts``, run it with ``OWN_STORE_ENV`` in its environment, as
+    :func:`ssh_commands` does.
     """
     hosts = _check_hosts(hosts)
     check_port(port)
@@ -307,7 +309,8 @@ def ssh_commands(
 
 
 def _restart_lines() -> list[str]:
-    """With restarts, every attempt needs a rendezvous store of its own (pytorch#135712)."""
+    """With restarts the workers need a store of their own: the one torchrun's agent serves
+    them (torch 2.5 and later) keeps a failed attempt's addresses (``ddp_lib.torchrun``)."""
     return ["# A restarted group must not read the failed attempt's addresses from torchrun's",
             "# store: give the workers a store of their own.",
             *(f"export {k}={v}" for k, v in OWN_STORE_ENV.items())]

@@ -93,8 +93,9 @@ def launch(
     if nnodes == 1:
         rdzv_endpoint = rdzv_endpoint or "127.0.0.1:0"
         local_addr = local_addr or "127.0.0.1"
+    child_env = _child_env(env, backend, metrics_file, max_restarts)
     agent = _agent(script, args, plan.nproc_per_node, nnodes, rdzv_endpoint, local_addr,
-                   max_restarts, run_dir, "torchrun", _child_env(env, backend, metrics_file))
+                   max_restarts, run_dir, "torchrun", child_env)
     return _run(script, [agent], run_dir, metrics_file, timeout, stream, check)
 
 
@@ -114,11 +115,12 @@ def launch_nodes(
 ) -> LaunchResult:
     """Run ``script`` as a job of ``nnodes`` machines, simulated on this one, and wait for it.
 
-    Each "node" is a torchrun agent of its own, as on a cluster: ``--nnodes``, its own
-    ``--node-rank``, and one rendezvous endpoint (``127.0.0.1`` and a free port, where node 0's
-    agent hosts the store). Like a separate machine, each node gets its own share of the CPU
-    cores (its processes are pinned to them) and, with NCCL, its own GPUs
-    (``CUDA_VISIBLE_DEVICES``). The output of every rank of every node streams into the cell.
+    Each "node" is a torchrun agent of its own, as on a cluster: the same ``--nnodes`` and
+    rendezvous endpoint (``127.0.0.1`` and a free port; the first agent to bind it hosts the
+    rendezvous store), and a group rank that the rendezvous gives it. Like a separate machine,
+    each node gets its own share of the CPU cores (its processes are pinned to them) and, with
+    NCCL, its own GPUs (``CUDA_VISIBLE_DEVICES``). The output of every rank of every node
+    streams into the cell.
 
     Args:
         script: the Python file to run.
@@ -140,7 +142,7 @@ def launch_nodes(
     run_dir, metrics_file = _prepare_run_dir(script, run_dir)
 
     endpoint = f"127.0.0.1:{_free_port()}"
-    base_env = _child_env(env, plan.backend, metrics_file)
+    base_env = _child_env(env, plan.backend, metrics_file, max_restarts)
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     agents = []
     for node in range(nnodes):
@@ -260,8 +262,8 @@ def _new_run_dir(script: Path) -> Path:
     return Path("runs") / f"{script.stem}-{stamp}-{os.getpid()}-{_run_counter}"
 
 
-def _child_env(extra: Mapping[str, str] | None, backend: str | None,
-               metrics_file: Path) -> dict[str, str]:
+def _child_env(extra: Mapping[str, str] | None, backend: str | None, metrics_file: Path,
+               max_restarts: int) -> dict[str, str]:
     env = dict(os.environ)
     # Workers must import ddp_lib from the same place as this kernel does; worker_site's
     # sitecustomize lets a hung worker say where it is (ddp_lib.stacks).
@@ -270,10 +272,12 @@ def _child_env(extra: Mapping[str, str] | None, backend: str | None,
         p for p in (str(here / "ddp_lib" / "worker_site"), str(here), env.get("PYTHONPATH")) if p)
     env[stacks.ENV_VAR] = str(metrics_file.parent / "stacks")
     env["PYTHONUNBUFFERED"] = "1"  # output reaches the cell line by line, not at exit
-    env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, set here to skip its warning
+    # torchrun sets 1 itself only with several processes per node (and warns that it did);
+    # here every launch gets it, one process included, unless the caller set it.
+    env.setdefault("OMP_NUM_THREADS", "1")
     env[metrics.ENV_VAR] = str(metrics_file)
     if backend:
         env["DDP_BACKEND"] = backend
-    env.update(torchrun.OWN_STORE_ENV)  # see there; shown in the printed command
+    env.update(torchrun.restart_env(max_restarts))  # see there; shown in the printed command
     env.update(extra or {})
     return env

@@ -25,10 +25,17 @@ from typing import Any
 
 RDZV_BACKEND = "c10d"
 NPROC_WORDS = ("gpu", "cpu", "auto")  # torchrun's own non-numeric --nproc-per-node values
-# By default torchrun lets its workers share its rendezvous store. After a restart that store
-# still holds the failed attempt's addresses, and a worker that reads one before its peer has
-# replaced it dials a dead process (pytorch/pytorch#135712). So every launch and every job file
-# gives the workers their own store.
+# Who serves the store that init_process_group("env://") meets at MASTER_ADDR:MASTER_PORT.
+# torch 2.4: rank 0's worker starts it, on a port that node 0's agent found free. From torch 2.5
+# the agent of node 0 serves it and every worker is a client (TORCHELASTIC_USE_AGENT_STORE=True),
+# unless TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 restores the 2.4 way. The agent's store outlives a
+# restart: 2.5 keeps the attempts apart by a key prefix made of each agent's own restart count,
+# which differs between nodes (pytorch/pytorch#135712); 2.6 took the prefix out (#136768, the fix
+# of that issue) yet creates the server once per agent, so on 2.6 and later a restarted worker
+# can read a dead peer's address even on one node (Gloo: "Connection refused", as run on 2.14.1).
+# So a launch that allows restarts gives its workers their own store, and only then: job files
+# always (the cluster's torch is unknown; 2.4 ignores the variable), a launch from a notebook
+# where the installed torchrun shares its store.
 OWN_STORE_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 RANK_LABEL = "[rank${rank}]: "  # torchrun fills in the global rank
 RANK_PREFIX = re.compile(r"^\[rank(\d+)\]: ?")
@@ -114,6 +121,22 @@ def supervision(log_dir: Path) -> tuple[list[str], dict[str, str]]:
     if default("--monitor-interval") > MONITOR_INTERVAL_S:
         options.append(f"--monitor-interval={MONITOR_INTERVAL_S:g}")
     return options, env
+
+
+def shares_store() -> bool:
+    """Whether the installed torchrun's agent serves its workers' store (torch 2.5 and later).
+
+    Asked of the c10d rendezvous handler itself: from 2.5 it has its own ``use_agent_store``,
+    which reads ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE``; on 2.4 it inherits the base's ``False``.
+    """
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import DynamicRendezvousHandler
+
+    return "use_agent_store" in vars(DynamicRendezvousHandler)
+
+
+def restart_env(max_restarts: int) -> dict[str, str]:
+    """The workers' own store where restarts are allowed and torchrun would share its own."""
+    return dict(OWN_STORE_ENV) if max_restarts and shares_store() else {}
 
 
 def accepts(option: str) -> bool:

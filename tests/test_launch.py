@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import command_line, processes_mentioning, wait_until_gone
 
 from ddp_lib import LaunchError, LaunchTimeout, RankFailed, launch, launch_nodes, messages, torchrun
@@ -75,7 +76,8 @@ def test_launch_streams_ranks_and_collects_metrics(make_script, capsys):
     shown = capsys.readouterr()
     assert "[rank1] rank 1 of 2 got 3" in shown.out
     assert "[rank0] warning from rank 0" in shown.err
-    assert shown.out.startswith("$ TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 ")
+    # Without restarts the workers meet at the store torchrun serves them: nothing to set.
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in shown.out
     # This torchrun's own rank labels where it has the option (torch 2.12 and newer), ours where
     # not: the test below makes ddp_lib take the other way.
     uses_option = any(a.startswith(torchrun.RANK_LABEL_OPTION) for a in result.command)
@@ -308,8 +310,7 @@ def test_launch_nodes_runs_one_job_over_two_simulated_machines(make_script, caps
         first, second = (set(m["cores"]) for m in records)
         assert first and second and not first & second
     shown = capsys.readouterr().out
-    assert "# node 0: $ TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 " in shown
-    assert "# node 1: $ TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 " in shown
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in shown
     assert "torchrun --nnodes=2" in shown
     assert (result.run_dir / "torchrun-node1").is_dir()
 
@@ -360,9 +361,20 @@ def test_max_restarts_recovers_from_a_killed_worker(make_script, capsys):
     assert result.ok
     for rank in (0, 1):
         assert "attempt 1 done" in result.output(rank).splitlines()
+    # The workers get a store of their own where torchrun would share its own (torch 2.5 on).
     # Where torchrun lacks --log-line-prefix-template, the rank label is a second variable.
     command = capsys.readouterr().out.splitlines()[0]
-    assert command.startswith("$ TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 ") and " torchrun " in command
+    own_store = command.startswith("$ TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 ")
+    assert own_store == torchrun.shares_store() and " torchrun " in command
+
+
+def test_the_workers_get_a_store_of_their_own_only_with_restarts():
+    assert torchrun.restart_env(0) == {}
+    expected = torchrun.OWN_STORE_ENV if torchrun.shares_store() else {}
+    assert torchrun.restart_env(2) == expected
+    # torchrun's agent serves the workers' store from torch 2.5 on (torch 2.4: rank 0's worker).
+    release = tuple(int(part) for part in torch.__version__.split(".")[:2])
+    assert torchrun.shares_store() == (release >= (2, 5))
 
 
 def _launch_in_child(workdir: Path, script: Path) -> subprocess.Popen:
