@@ -16,6 +16,9 @@ chunk and receives exactly one:
 
 Each rank therefore sends ``2 (N - 1)`` chunks of ``S / N`` bytes: ``2 (N - 1) / N * S`` bytes,
 less than ``2 S`` however many ranks take part.
+
+The time models (``time_ring``, ``time_root``) price one message at ``alpha + bytes / beta``: a
+latency plus the bytes over the bandwidth of one link, which sends and receives at once.
 """
 
 from __future__ import annotations
@@ -134,3 +137,25 @@ def bytes_naive(world_size: int, size_bytes: float) -> float:
     """
     _check(world_size)
     return (world_size - 1) * size_bytes
+
+
+def time_ring(world_size: int, size_bytes: float, alpha: float, inv_beta: float) -> float:
+    """Seconds of a ring all-reduce: ``2 (N - 1) alpha + 2 (N - 1) / N * S / beta``.
+
+    ``2 (N - 1)`` steps, each one message of ``S / N`` bytes per rank; every rank sends and
+    receives at the same time, so a step costs one message. ``inv_beta`` is ``1 / beta``,
+    seconds per byte.
+    """
+    return 2 * (world_size - 1) * alpha + bytes_sent_ring(world_size, size_bytes) * inv_beta
+
+
+def time_root(world_size: int, size_bytes: float, alpha: float, inv_beta: float) -> float:
+    """Seconds of the all-to-root scheme: ``2 (N - 1) alpha + 2 (N - 1) S / beta``.
+
+    The root receives ``N - 1`` messages of ``S`` bytes, one after the other on its one link,
+    and can send the sum only once it has them all: then ``N - 1`` messages of ``S`` bytes go
+    back out. ``2 (N - 1)`` messages and ``2 (N - 1) S`` bytes pass through the root's link in
+    turn, ``N`` times the ring's bytes term (already twice it for ``N = 2``).
+    """
+    _check(world_size)
+    return 2 * (world_size - 1) * (alpha + size_bytes * inv_beta)

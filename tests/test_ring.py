@@ -80,10 +80,30 @@ def test_bytes_counted_from_the_schedule_match_the_cost_model(n, size):
     assert ring.bytes_naive(n, size) == (n - 1) * size
 
 
+@pytest.mark.parametrize("n", SIZES)
+def test_the_root_moves_n_times_the_rings_bytes_in_the_same_number_of_messages(n):
+    size, alpha, inv_beta = 4e6, 1e-4, 1e-9
+    # latency only: both schemes take 2 (N - 1) messages in turn
+    assert ring.time_ring(n, size, alpha, 0.0) == ring.time_root(n, size, alpha, 0.0)
+    assert ring.time_root(n, size, alpha, 0.0) == pytest.approx(2 * (n - 1) * alpha)
+    # bandwidth only: the root receives (N - 1) S, then sends (N - 1) S; a ring rank sends and
+    # receives its 2 (N - 1) / N S at once
+    root_bytes = ring.time_root(n, size, 0.0, inv_beta) / inv_beta
+    assert root_bytes == pytest.approx(2 * ring.bytes_naive(n, size))
+    assert ring.time_root(n, size, 0.0, inv_beta) == pytest.approx(
+        n * ring.time_ring(n, size, 0.0, inv_beta))
+
+
+def test_two_ranks_the_root_takes_twice_the_rings_bandwidth_time():
+    assert ring.bytes_naive(2, 100) == ring.bytes_sent_ring(2, 100)  # the same bytes sent ...
+    assert ring.time_root(2, 100, 0.0, 1.0) == 2 * ring.time_ring(2, 100, 0.0, 1.0)  # ... in turn
+
+
 def test_one_rank_has_nothing_to_do():
     assert ring.schedule(1) == []
     assert ring.simulate(1) == [((frozenset({0}),),)]
     assert ring.bytes_sent_ring(1, 100) == 0 == ring.bytes_naive(1, 100)
+    assert ring.time_ring(1, 100, 1.0, 1.0) == 0 == ring.time_root(1, 100, 1.0, 1.0)
 
 
 def test_the_schedule_for_three_ranks_by_hand():
@@ -102,3 +122,5 @@ def test_a_world_size_below_one_or_not_an_integer_is_refused(bad):
         ring.schedule(bad)
     with pytest.raises(ValueError, match="world_size"):
         ring.bytes_sent_ring(bad, 10)
+    with pytest.raises(ValueError, match="world_size"):
+        ring.time_root(bad, 10, 1.0, 1.0)
