@@ -9,6 +9,7 @@ series runs in minutes on a 2-core laptop and at full size on GPUs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 from dataclasses import dataclass
@@ -158,10 +159,11 @@ def plan(nproc_per_node: int | None = None, backend: str | None = None,
 def threads_per_process(local_world_size: int | None = None) -> int:
     """CPU threads each process on this machine should use: usable cores // local processes.
 
-    torchrun sets ``OMP_NUM_THREADS=1`` for every worker. That leaves cores idle when there are
-    fewer processes than cores; the opposite mistake (each process using every core) is worse,
-    because the processes then fight over the cores. Scripts call
-    ``torch.set_num_threads(threads_per_process())`` where the lesson can see it.
+    torchrun sets ``OMP_NUM_THREADS=1`` when it starts more than one worker per node and the
+    variable is unset, and ``ddp_lib.launch`` sets it for every launch, one process included.
+    That leaves cores idle when there are fewer processes than cores; the opposite mistake (each
+    process using every core) is worse, because the processes then fight over the cores. Scripts
+    call ``torch.set_num_threads(threads_per_process())`` where the lesson can see it.
 
     Args:
         local_world_size: processes on this machine; ``None`` reads ``LOCAL_WORLD_SIZE``
@@ -170,6 +172,46 @@ def threads_per_process(local_world_size: int | None = None) -> int:
     if local_world_size is None:
         local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     return max(1, usable_cpu_cores() // max(1, local_world_size))
+
+
+def _tf32_flags() -> tuple[list[tuple[object, str]], str | None]:
+    """The switches that let CUDA run float32 convolutions and matmuls as TF32, and their style.
+
+    Newer torch releases replaced ``allow_tf32`` (True/False) by ``fp32_precision``
+    ("tf32"/"ieee") per operation, and may refuse to read the old flag once the new one is set:
+    use one style only, the newest this torch has.
+    """
+    cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
+    if hasattr(cudnn, "conv"):
+        return [(cudnn.conv, "fp32_precision"), (matmul, "fp32_precision")], "tf32"
+    return [(cudnn, "allow_tf32"), (matmul, "allow_tf32")], None
+
+
+def tf32_convolutions() -> bool:
+    """Whether float32 convolutions on CUDA may run as TF32 now (PyTorch's default: yes)."""
+    flags, style = _tf32_flags()
+    obj, name = flags[0]
+    value = getattr(obj, name)
+    return value == style if style else bool(value)
+
+
+@contextlib.contextmanager
+def tf32(enabled: bool):
+    """Within the block, let CUDA run float32 convolutions and matmuls as TF32 or not; then restore.
+
+    Lesson 02 compares gradients computed two ways and needs full float32 for that on GPUs of
+    compute capability 8.0 and newer; on a CPU the flags change nothing.
+    """
+    flags, style = _tf32_flags()
+    value = (style if enabled else "ieee") if style else enabled
+    saved = [getattr(obj, name) for obj, name in flags]
+    for obj, name in flags:
+        setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        for (obj, name), old in zip(flags, saved, strict=True):
+            setattr(obj, name, old)
 
 
 def thread_names() -> list[str] | None:

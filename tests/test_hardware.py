@@ -113,3 +113,21 @@ def test_thread_names_lists_every_thread_of_the_process():
     names = ast.literal_eval(names)
     assert len(names) == int(count) + 1
     assert names == sorted(names)
+
+
+def test_tf32_switches_convolutions_off_within_the_block_and_restores_them():
+    before = hardware.tf32_convolutions()
+    with hardware.tf32(False):
+        assert hardware.tf32_convolutions() is False
+        with hardware.tf32(True):
+            assert hardware.tf32_convolutions() is True
+        assert hardware.tf32_convolutions() is False
+    assert hardware.tf32_convolutions() == before
+
+
+def test_tf32_restores_the_flags_when_the_block_fails():
+    flags, _ = hardware._tf32_flags()
+    before = [getattr(obj, name) for obj, name in flags]
+    with pytest.raises(RuntimeError, match="inside"), hardware.tf32(False):
+        raise RuntimeError("inside")
+    assert [getattr(obj, name) for obj, name in flags] == before
