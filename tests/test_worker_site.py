@@ -46,6 +46,33 @@ def test_the_last_garbage_collection_is_skipped(tmp_path):
     assert run(str(WORKER_SITE)) == "done\n"
 
 
+IMPORTS = """
+    import sys
+
+    print("before:", "torch" in sys.modules, flush=True)
+    if "--torch" in sys.argv:
+        import torch  # noqa: F401
+    print("after:", sorted(m for m in sys.modules if m in ("torch", "torch.distributed.nn")))
+"""
+
+
+def test_torch_distributed_nn_comes_with_torch_in_a_launch_worker(tmp_path):
+    """In a worker of a ddp_lib launch, ``import torch`` brings ``torch.distributed.nn`` with
+    it (before ``init_process_group`` can run); a script without torch does not import it."""
+    script = tmp_path / "imports.py"
+    script.write_text(textwrap.dedent(IMPORTS))
+
+    def run(*args: str, **env: str) -> str:
+        env = {**os.environ, "PYTHONPATH": str(WORKER_SITE), **env}
+        return subprocess.run([sys.executable, str(script), *args], env=env, capture_output=True,
+                              text=True, check=True, timeout=120).stdout
+
+    worker = {"DDP_WORKSHOP_STACKS": str(tmp_path / "stacks"), "RANK": "0", "LOCAL_RANK": "0"}
+    assert run("--torch", **worker) == "before: False\nafter: ['torch', 'torch.distributed.nn']\n"
+    assert run(**worker) == "before: False\nafter: []\n"  # no torch, no cost
+    assert run("--torch", DDP_WORKSHOP_STACKS="") == "before: False\nafter: ['torch']\n"
+
+
 def test_a_sitecustomize_that_was_there_still_runs(make_script, workdir, monkeypatch):
     # A site's or a distribution's own sitecustomize, on the path before the launch.
     site = workdir / "site"

@@ -24,6 +24,18 @@ process, 2 to 3 CPU-s per two-rank launch on a 2-core machine (``docs/benchmarks
 Python does not promise to finalize what is left at exit; what the lessons write (checkpoints,
 metrics, traces, error files) is written and closed before.
 
+When the script imports ``torch``, it imports ``torch.distributed.nn`` right after, before the
+script's next line, so before ``init_process_group``. That module's functions keep
+``group.WORLD`` *of the moment of import* as a default argument: imported after
+``init_process_group``, it holds the default group for good, ``destroy_process_group`` cannot
+free it, Gloo's worker threads outlive it, and now and then one of them aborts the process at exit
+("terminate called without an active exception"; ``tests/test_clean_shutdown.py``). Imported
+before, it holds nothing. Who imports it depends on the release: torch 2.14's DDP does when it is
+constructed (through ``torch._dynamo``), 2.4's never does; torchvision 0.29 does at its own
+import, 0.19 does not. It is needed where DDP imports it and nothing did before. A script that
+never imports torch pays nothing here (importing torch costs seconds of CPU); one that does pays
+the module's import, tens of milliseconds.
+
 A ``sitecustomize`` that was there before this one (a distribution's, a site's) still runs.
 """
 
@@ -96,6 +108,46 @@ def _skip_the_last_garbage_collection() -> None:
     atexit.register(gc.freeze)
 
 
+class _DistributedNnAfterTorch:
+    """Finds ``torch`` as usual, and imports ``torch.distributed.nn`` as soon as torch is in."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "torch":
+            return None
+        import importlib.util
+
+        sys.meta_path.remove(self)  # once, and so that the search below finds the real torch
+        spec = importlib.util.find_spec("torch")
+        if spec is not None and spec.loader is not None:
+            spec.loader = _ThenDistributedNn(spec.loader)
+        return spec
+
+
+class _ThenDistributedNn:
+    """torch's own loader, followed by ``import torch.distributed.nn``."""
+
+    def __init__(self, loader) -> None:
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        self.loader.exec_module(module)
+        module.__spec__.loader = module.__loader__ = self.loader  # torch keeps its own loader
+        import importlib
+
+        if importlib.import_module("torch.distributed").is_available():
+            importlib.import_module("torch.distributed.nn")
+
+
+def _import_torch_distributed_nn_with_torch() -> None:
+    if not os.environ.get("DDP_WORKSHOP_STACKS") or "RANK" not in os.environ \
+            or "LOCAL_RANK" not in os.environ or "torch" in sys.modules:
+        return  # not a torchrun worker of a ddp_lib launch, or torch came in before
+    sys.meta_path.insert(0, _DistributedNnAfterTorch())
+
+
 def _run_the_next_sitecustomize() -> None:
     import importlib.machinery
     import importlib.util
@@ -110,4 +162,5 @@ def _run_the_next_sitecustomize() -> None:
 _register_stack_dump()
 _record_uncaught_exceptions()
 _skip_the_last_garbage_collection()
+_import_torch_distributed_nn_with_torch()
 _run_the_next_sitecustomize()
