@@ -103,18 +103,33 @@ def test_diff_size_counts_the_changed_lines_not_the_headers(workdir):
 
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
-DDP_ESSENTIALS = ("import torch.distributed.nn", "dist.init_process_group(backend)",
-                  "DistributedSampler(train_set", "sampler.set_epoch(epoch)",
-                  "model = DDP(", "if rank == 0:", "dist.barrier()",
-                  "dist.all_reduce(", "dist.destroy_process_group()")
+DDP_ESSENTIALS = ("dist.init_process_group(backend)", "DistributedSampler(train_set",
+                  "sampler.set_epoch(epoch)", "Subset(test_set, range(rank,", "model = DDP(",
+                  "if rank == 0:", "dist.barrier()", "dist.all_reduce(",
+                  "dist.destroy_process_group()")
+# Not DDP: a workaround (ddp_lib's worker start-up carries it), a measurement the notebook makes
+# from outside, and the padded test split that counted samples twice.
+NOT_DDP = ("import torch.distributed.nn", "sampler_indices", "DistributedSampler(test_set")
+
+
+def diff_problems(single: Path, ddp: Path) -> list[str]:
+    """What is wrong with the diff from ``single`` to ``ddp`` as lesson 05's: empty if nothing."""
+    text = scripts.diff(single, ddp)
+    added = [line[1:] for line in text.splitlines()[2:] if line.startswith("+")]
+    problems = [f"missing: {e}" for e in DDP_ESSENTIALS if not any(e in line for line in added)]
+    problems += [f"not DDP: {e}" for e in NOT_DDP if any(e in line for line in added)]
+    if scripts.diff_size(single, ddp) > 60:
+        problems.append(f"{scripts.diff_size(single, ddp)} changed lines, more than 60")
+    return problems
 
 
 def test_lesson_05_teaches_ddp_in_at_most_60_changed_lines(workdir):
-    """The diff lesson 05 prints, from lesson 01's script to its DDP script, counted.
+    """The diff lesson 05 prints, from lesson 01's script to its DDP script, checked.
 
     Both scripts are taken from their notebooks' cells, as lesson 05 takes them, and the diff is
     the one its cell prints. The DDP essentials must be among the added lines, so that the count
-    stays small by keeping the lesson small, not by moving DDP elsewhere.
+    stays small by keeping the lesson small, not by moving DDP elsewhere; and nothing that is not
+    DDP may be added.
     """
     single = scripts.from_notebook(NOTEBOOKS / "01_single_device.ipynb", "train_single.py",
                                    quiet=True)
@@ -123,11 +138,25 @@ def test_lesson_05_teaches_ddp_in_at_most_60_changed_lines(workdir):
              if 'scripts.diff("scripts/train_single.py", "scripts/train_ddp.py")'
              in "".join(cell["source"])]
     assert shown, "lesson 05 no longer prints the diff from train_single.py to train_ddp.py"
-    text = scripts.diff(single, ddp)
-    added = [line[1:] for line in text.splitlines()[2:] if line.startswith("+")]
-    missing = [e for e in DDP_ESSENTIALS if not any(e in line for line in added)]
-    assert not missing, f"DDP essentials not in lesson 05's diff: {missing}"
-    assert scripts.diff_size(single, ddp) <= 60, text
+    assert diff_problems(single, ddp) == [], scripts.diff(single, ddp)
+
+
+def test_the_lesson_05_diff_check_finds_what_is_wrong(workdir):
+    """The check above fails on a DDP script without set_epoch, with a workaround added, or
+    longer than 60 changed lines."""
+    single = scripts.from_notebook(NOTEBOOKS / "01_single_device.ipynb", "train_single.py",
+                                   quiet=True)
+    ddp = scripts.from_notebook(NOTEBOOKS / "05_ddp.ipynb", "train_ddp.py", quiet=True).read_text()
+    forgetful = write_script("forgetful.py", ddp.replace("sampler.set_epoch(epoch)", "pass"),
+                             quiet=True)
+    assert diff_problems(single, forgetful) == ["missing: sampler.set_epoch(epoch)"]
+    workaround = ddp.replace("import torch.distributed as dist\n",
+                             "import torch.distributed as dist\nimport torch.distributed.nn\n")
+    assert diff_problems(single, write_script("workaround.py", workaround, quiet=True)) == [
+        "not DDP: import torch.distributed.nn"]
+    longer = ddp.replace("import time\n", "import time\n" + "x = 0\n" * 10)
+    [problem] = diff_problems(single, write_script("longer.py", longer, quiet=True))
+    assert problem.endswith("more than 60")
 
 
 AMP_ESSENTIALS = ("torch.autocast(device.type", "torch.amp.GradScaler(device.type",
