@@ -238,3 +238,24 @@ def transfer_ms(spans: list[Span]) -> float:
                          for same in zip(*per_rank, strict=True)]
         total += _union_length([(s.start, s.end) for s in last_arrivals])
     return total / len(steps)
+
+
+def first_all_reduce_ms(spans: list[Span]) -> float:
+    """Milliseconds from the start of backward to the start of its first all-reduce.
+
+    DDP starts a bucket's all-reduce once every gradient in it is ready, and the first bucket
+    holds the gradients backward produces first: the smaller it is, the sooner communication
+    begins. Mean over ranks and recorded steps; steps without an all-reduce during or after
+    backward are left out (``nan`` if none has one).
+    """
+    gaps = []
+    for rank, step in sorted({(s.rank, s.step) for s in spans}):
+        here = [s for s in spans if s.rank == rank and s.step == step]
+        backward = min((s.start for s in here if s.kind == "backward"), default=None)
+        if backward is None:
+            continue
+        first = min((s.start for s in here if s.kind == "all-reduce" and s.start >= backward),
+                    default=None)
+        if first is not None:
+            gaps.append(first - backward)
+    return sum(gaps) / len(gaps) if gaps else math.nan

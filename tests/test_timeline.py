@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -59,6 +60,8 @@ def test_a_hand_made_trace_gives_its_spans_and_breakdown(tmp_path):
     assert breakdown[0]["communication"] == pytest.approx(0.040)
     assert breakdown[0]["hidden"] == pytest.approx(0.025)  # 40-60 and 65-70
     assert breakdown[1] == pytest.approx(breakdown[0])
+    assert timeline.first_all_reduce_ms(spans) == pytest.approx(0.015)  # backward 25, bucket 40
+    assert math.isnan(timeline.first_all_reduce_ms([s for s in spans if s.kind != "all-reduce"]))
 
 
 def test_transfer_leaves_out_the_wait_for_a_late_rank(tmp_path):
@@ -129,12 +132,15 @@ def test_a_real_ddp_trace_shows_forward_backward_and_one_all_reduce_per_bucket(t
                 optimizer.step()
                 optimizer.zero_grad()
                 profiler.step()
+        # The buckets DDP rebuilt as the second step began (its log has them from the third on)
+        buckets = model._get_ddp_logging_data()["rebuilt_bucket_sizes"].split(",")
     finally:
         dist.destroy_process_group()
     spans = timeline.read_traces(trace.parent)
+    assert len(buckets) >= 2
     for step in (0, 1):
         kinds = [s.kind for s in spans if s.step == step]
         assert {"step", "forward", "backward", "optimizer"} <= set(kinds)
-        assert kinds.count("all-reduce") >= 2
+        assert kinds.count("all-reduce") == len(buckets), "one all-reduce per bucket"
     assert all(s.lane == timeline.COMMUNICATION for s in spans if s.kind == "all-reduce")
     assert timeline.step_breakdown(spans)[0]["communication"] > 0
