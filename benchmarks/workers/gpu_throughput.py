@@ -20,7 +20,6 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.distributed.nn  # noqa: F401  before init_process_group: see the README
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
