@@ -9,7 +9,8 @@ hits every variant alike:
 * ``1 process``: the per-process baseline;
 * ``1 process x N threads``: one process using N cores on N times the batch (lesson 05's
   other question: threads against processes);
-* ``N processes``: DDP as lesson 08 runs it (25 MB buckets, fp32 all-reduce);
+* ``N processes``: DDP as lesson 08 runs it (DDP's default buckets, a 1 MiB first bucket and
+  then 25 MiB, and its built-in fp32 all-reduce);
 * ``N processes, fp16`` / ``bf16``: the same with ``--comm-hook fp16`` / ``bf16``.
 
 The script reports images/s per epoch (the whole data set over the epoch's wall time). Epoch 0
