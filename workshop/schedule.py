@@ -60,8 +60,9 @@ NOTES: dict[str, tuple[str, str]] = {
            "`module.` prefix in saved weights?",
            "A checkpoint saved from the wrapped model that a plain model refuses to load "
            "(`Unexpected key(s)`): save `model.module.state_dict()`."),
-    "03": ("Does NCCL really use a ring? (Rings, trees and more, chosen by size.) Why is "
-           "latency, not bandwidth, the problem for small tensors?",
+    "03": ("Does NCCL really use a ring? (NCCL chooses rings, trees and more by size, rank "
+           "count and topology; Gloo always runs its ring.) Why does DDP divide the gradients "
+           "before the all-reduce? (A float16 sum can overflow where the average does not.)",
            "A slow link between two nodes sets the speed of the whole ring: one bad network "
            "card or a wrong interface makes every all-reduce slow."),
     "04": ("`env://`, `tcp://` or `file://`: which should I use? (torchrun's `env://`.) Why "
