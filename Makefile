@@ -130,7 +130,7 @@ test: lint browser
 		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600 --durations=15 \
 		-n 2
 
-# The sweep also executes the learners' edition: its stubs are `...`, so this checks that no later
+# The sweep also executes the learners' edition: its stubs are `pass`, so this checks that no later
 # cell depends on what a solution computed.
 test-browser: browser exercises
 	"$(BIN)/python" -m pytest tests -m sweep --durations=15

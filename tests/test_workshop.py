@@ -59,7 +59,7 @@ def test_stubs_are_python_and_replace_each_solution(built, path):
             assert exercises.STUB in theirs["metadata"]["tags"]
             assert not exercises.is_solution(theirs)
             ast.parse(cell_text(theirs))
-            assert cell_text(theirs).rstrip().endswith("..."), "the stub does nothing"
+            assert cell_text(theirs).rstrip().endswith("pass"), "the stub does nothing"
         else:
             assert theirs == ours, "every other cell is copied unchanged"
     assert learners["metadata"] == course["metadata"]
@@ -72,7 +72,7 @@ def test_a_solution_becomes_a_stub_that_names_its_exercise():
                 "execution_count": 1, "source": "# Solution to exercise 3\nprint(1 + 2)"}
     stub = exercises.stub(solution, exercise)
     assert exercises.source(stub).splitlines() == [
-        "# Exercise 3: write your code here, then run the cell.", "# Add two numbers.", "..."]
+        "# Exercise 3: write your code here, then run the cell.", "# Add two numbers.", "pass"]
     assert stub["metadata"]["tags"] == [exercises.STUB]
 
 

@@ -2,8 +2,9 @@
 
 A solution is a code cell tagged ``solution`` right after its exercise (tests/test_notebooks.py
 states the convention). In the edition that cell becomes a stub tagged ``exercise-stub``: a
-comment that says what to write, then ``...``, valid Python that does nothing, so that a learner
-can run the whole notebook before solving anything. Every other cell is copied unchanged, and the
+comment that says what to write, then ``pass``, valid Python that does nothing and shows nothing
+(``...`` would print ``Ellipsis`` under Run All), so that a learner can run the whole notebook
+before solving anything. Every other cell is copied unchanged, and the
 notebooks keep their folder name, so that relative paths (``scripts/``, another lesson's
 notebook) and ``ddp_lib`` on ``PYTHONPATH`` resolve as they do in the course itself.
 
@@ -35,14 +36,14 @@ def source(cell: dict) -> str:
 
 
 def stub(solution: dict, exercise: dict) -> dict:
-    """The cell a learner fills in: which exercise, what it asks for, then ``...``."""
+    """The cell a learner fills in: which exercise, what it asks for, then ``pass``."""
     match = HEADER.match(source(solution))
     number = match[1] if match else "?"
     asked = re.sub(r"\s+", " ", source(exercise).split("<details>")[0]).strip()
     asked = re.sub(r"^\*\*\d+\.\*\*\s*|^\*\*\d+\.\s*", "", asked)
     lines = [f"# Exercise {number}: write your code here, then run the cell."]
     lines += [f"# {line}" for line in _wrap(asked, 96)]
-    lines.append("...")
+    lines.append("pass")
     cell = copy.deepcopy(solution)
     cell["metadata"]["tags"] = [STUB if tag == SOLUTION else tag
                                 for tag in cell["metadata"]["tags"] if tag != "nbval-check-output"]
