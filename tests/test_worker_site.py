@@ -73,6 +73,35 @@ def test_torch_distributed_nn_comes_with_torch_in_a_launch_worker(tmp_path):
     assert run("--torch", DDP_WORKSHOP_STACKS="") == "before: False\nafter: ['torch']\n"
 
 
+DESTROY = """
+    import torch
+    import torch.distributed as dist
+
+    print("wrapped:", hasattr(dist.destroy_process_group, "__wrapped__"))
+"""
+
+
+def test_destroy_waits_for_gloo_only_where_the_destructor_holds_the_gil(tmp_path):
+    """Before torch 2.8, ``destroy_process_group`` first lets Gloo's threads take the GIL (the
+    deadlock in docs/compatibility.md); from 2.8 on it is torch's own function."""
+    import torch
+
+    script = tmp_path / "destroy.py"
+    script.write_text(textwrap.dedent(DESTROY))
+    env = {**os.environ, "PYTHONPATH": str(WORKER_SITE),
+           "DDP_WORKSHOP_STACKS": str(tmp_path / "stacks"), "RANK": "0", "LOCAL_RANK": "0"}
+    printed = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                             text=True, check=True, timeout=120).stdout
+    major, minor = (int(part) for part in torch.__version__.split(".")[:2])
+    assert printed == f"wrapped: {(major, minor) < (2, 8)}\n"
+    versions = ["2.4.1+cu121", "2.7.1", "2.8.0", "2.14.1"]
+    probe = ("import sitecustomize as s; "
+             f"print([s._destructor_holds_the_gil(v) for v in {versions}])")
+    printed = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                             text=True, check=True, timeout=60).stdout
+    assert printed == "[True, True, False, False]\n"
+
+
 def test_a_sitecustomize_that_was_there_still_runs(make_script, workdir, monkeypatch):
     # A site's or a distribution's own sitecustomize, on the path before the launch.
     site = workdir / "site"

@@ -137,8 +137,42 @@ class _ThenDistributedNn:
         module.__spec__.loader = module.__loader__ = self.loader  # torch keeps its own loader
         import importlib
 
-        if importlib.import_module("torch.distributed").is_available():
+        dist = importlib.import_module("torch.distributed")
+        if dist.is_available():
             importlib.import_module("torch.distributed.nn")
+            if _destructor_holds_the_gil(module.__version__):
+                _let_gloo_finish_before_destroy(dist)
+
+
+def _destructor_holds_the_gil(version: str) -> bool:
+    """Whether this torch destroys a process group without releasing the GIL (before 2.8).
+
+    pytorch/pytorch#154976 (merged 2025-06-04, first in 2.8) releases it in the destructor.
+    """
+    major, minor = (int(part) for part in version.split(".")[:2])
+    return (major, minor) < (2, 8)
+
+
+def _let_gloo_finish_before_destroy(dist) -> None:
+    """Before torch 2.8, give Gloo's worker threads the GIL before the group is destroyed.
+
+    ``~ProcessGroupGloo`` joins its worker threads while the caller holds the GIL. A worker may
+    still be dropping a finished work (on 2.4, a ``barrier()``'s work keeps the works that were in
+    flight when it was queued) whose tensor has a Python object, and freeing that needs the GIL:
+    the process hangs in ``destroy_process_group()`` for good (``docs/compatibility.md``). A short
+    sleep first, which releases the GIL, lets the workers finish; it costs 0.2 s per process.
+    """
+    import functools
+    import time
+
+    destroy = dist.destroy_process_group
+
+    @functools.wraps(destroy)
+    def destroy_process_group(*args, **kwargs):
+        time.sleep(0.2)
+        return destroy(*args, **kwargs)
+
+    dist.destroy_process_group = destroy_process_group
 
 
 def _import_torch_distributed_nn_with_torch() -> None:
