@@ -34,7 +34,8 @@ before, it holds nothing. Who imports it depends on the release: torch 2.14's DD
 constructed (through ``torch._dynamo``), 2.4's never does; torchvision 0.29 does at its own
 import, 0.19 does not. It is needed where DDP imports it and nothing did before. A script that
 never imports torch pays nothing here (importing torch costs seconds of CPU); one that does pays
-the module's import, tens of milliseconds.
+the module's import, tens of milliseconds. On torch before 2.8 it also makes
+``destroy_process_group`` release the GIL for a moment first (``_let_gloo_finish_before_destroy``).
 
 A ``sitecustomize`` that was there before this one (a distribution's, a site's) still runs.
 """
