@@ -8,9 +8,11 @@ a lesson teaches: that code stays in the scripts, in plain PyTorch.
 from ddp_lib.hardware import detect, plan, threads_per_process
 from ddp_lib.launch import (
     LaunchError,
+    LaunchInterrupted,
     LaunchResult,
     LaunchTimeout,
     RankFailed,
+    StaleResult,
     launch,
     launch_nodes,
 )
@@ -19,9 +21,11 @@ from ddp_lib.scripts import write_script
 
 __all__ = [
     "LaunchError",
+    "LaunchInterrupted",
     "LaunchResult",
     "LaunchTimeout",
     "RankFailed",
+    "StaleResult",
     "detect",
     "launch",
     "launch_nodes",

@@ -30,11 +30,19 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ddp_lib import hardware, messages, metrics, stacks, supervise, torchrun
-from ddp_lib.launch_result import LaunchError, LaunchResult, LaunchTimeout, RankFailed
+from ddp_lib.launch_result import (
+    LaunchError,
+    LaunchInterrupted,
+    LaunchResult,
+    LaunchTimeout,
+    RankFailed,
+    StaleResult,
+    digest,
+)
 from ddp_lib.supervise import Agent, Line
 
-__all__ = ["LaunchError", "LaunchResult", "LaunchTimeout", "Line", "RankFailed", "launch",
-           "launch_nodes"]
+__all__ = ["LaunchError", "LaunchInterrupted", "LaunchResult", "LaunchTimeout", "Line",
+           "RankFailed", "StaleResult", "launch", "launch_nodes"]
 
 _run_counter = 0
 
@@ -73,7 +81,7 @@ def launch(
         max_restarts: how often torchrun may restart the workers after a failure.
         run_dir: where torchrun's logs and the metrics file go; a new folder under ``runs/``
             by default.
-        stream: print the output live (``False``: only collect it).
+        stream: print the output live (``False``: collect it, and show a progress bar).
         check: raise on failure; ``False`` returns the result with its non-zero returncode.
 
     Returns:
@@ -83,7 +91,8 @@ def launch(
         ValueError, FileNotFoundError: bad arguments, before anything is started.
         RankFailed: a worker failed (``check=True``).
         LaunchTimeout: the run took longer than ``timeout``.
-        KeyboardInterrupt: the cell was interrupted; every process was stopped first.
+        LaunchInterrupted: the cell was interrupted (a ``KeyboardInterrupt``); every process
+            was stopped first. An interrupt after the run had finished returns its result.
     """
     script = Path(script)
     plan = _check_arguments(script, nproc_per_node, nnodes, rdzv_endpoint, backend,
@@ -177,16 +186,19 @@ def _rdzv_id(run_dir: Path) -> str:
 def _run(script: Path, agents: list[Agent], run_dir: Path, metrics_file: Path, timeout: float,
          stream: bool, check: bool) -> LaunchResult:
     """The one run path of every launch, on one node or several."""
+    script_digest = digest(script)  # before the start: the text these workers run
     if stream:
         for node, agent in enumerate(agents):
             where = f"# node {node}: " if len(agents) > 1 else ""
             print(f"{where}$ {_shown(agent)}", flush=True)
     outcome = supervise.run(agents, timeout=timeout, stream=stream, script=script,
-                            stacks_dir=Path(agents[0].env[stacks.ENV_VAR]))
+                            stacks_dir=Path(agents[0].env[stacks.ENV_VAR]),
+                            log=run_dir / "output.log")
     result = LaunchResult(script=script, command=agents[0].command, run_dir=run_dir,
                           returncode=outcome.returncode, wall_time=outcome.wall_time,
                           lines=outcome.lines, metrics=metrics.read(metrics_file),
-                          timed_out=outcome.timed_out, stacks=outcome.stacks)
+                          timed_out=outcome.timed_out, stacks=outcome.stacks,
+                          script_digest=script_digest)
     if result.timed_out:
         raise LaunchTimeout(messages.timeout_message(result, timeout), result)
     if result.returncode != 0 and check:

@@ -1,14 +1,54 @@
-"""What a launch gives back: the result of a run, and the errors that carry one."""
+"""What a launch gives back: the result of a run, and the errors that carry one.
+
+An error of a launch is shown in a notebook from the learner's cell down: the frames of ddp_lib
+between the cell and the ``raise`` say nothing about the learner's code or the script, and in a
+traceback of thirty lines they push the message out of sight.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ddp_lib.supervise import Line
+if TYPE_CHECKING:
+    from ddp_lib.supervise import Line
+
+_LIBRARY = Path(__file__).resolve().parent
 
 
-class LaunchError(RuntimeError):
+class ShortTraceback:
+    """Shows the exception in IPython without the frames of ddp_lib (IPython asks every exception
+    for ``_render_traceback_`` before it formats one itself)."""
+
+    def _render_traceback_(self) -> list[str]:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        tb = _without_library_frames(self.__traceback__)
+        if shell is None:
+            import traceback
+
+            return traceback.format_exception(type(self), self, tb)
+        return shell.InteractiveTB.structured_traceback(type(self), self, tb)
+
+
+def _without_library_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """The traceback ``tb`` with the frames of ddp_lib's own files left out."""
+    kept = []
+    while tb is not None:
+        if not Path(tb.tb_frame.f_code.co_filename).resolve().is_relative_to(_LIBRARY):
+            kept.append(tb)
+        tb = tb.tb_next
+    rebuilt = None
+    for entry in reversed(kept):
+        rebuilt = types.TracebackType(rebuilt, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return rebuilt
+
+
+class LaunchError(ShortTraceback, RuntimeError):
     """A launch that did not end well; ``result`` holds everything that was collected."""
 
     def __init__(self, message: str, result: LaunchResult):
@@ -29,6 +69,19 @@ class LaunchTimeout(LaunchError):
     """The launch ran past its ``timeout`` and was stopped."""
 
 
+class LaunchInterrupted(ShortTraceback, KeyboardInterrupt):
+    """The cell was interrupted during a launch; every process of it was stopped first."""
+
+
+class StaleResult(ShortTraceback, RuntimeError):
+    """A result whose script was changed after it was launched (see ``require_current``)."""
+
+
+def digest(script: Path) -> str:
+    """What identifies a script's text: the SHA-256 of the file's bytes."""
+    return hashlib.sha256(script.read_bytes()).hexdigest()
+
+
 @dataclass
 class LaunchResult:
     """Everything a finished launch left behind, for the next cell to plot or assert on."""
@@ -42,10 +95,25 @@ class LaunchResult:
     metrics: list[dict] = field(default_factory=list)
     timed_out: bool = False
     stacks: dict[int, str] = field(default_factory=dict)  # rank -> its stacks, if it hung
+    script_digest: str = ""  # the script's ``digest`` when it was launched
 
     @property
     def ok(self) -> bool:
         return self.returncode == 0
+
+    def require_current(self) -> None:
+        """Refuse a result that the script on disk no longer produces.
+
+        An exercise says "edit the script, run its cell, then the launch": a check run without
+        the launch would read the previous run and judge the old script.
+
+        Raises:
+            StaleResult: the script file was changed (or removed) after this launch.
+        """
+        if not self.script.is_file() or digest(self.script) != self.script_digest:
+            raise StaleResult(
+                f"Re-run the launch cell: this result is from before your edit of "
+                f"{self.script}, so it cannot show what your edit does.")
 
     def output(self, rank: int | str | None = None, stream: str | None = None) -> str:
         """The text printed by one rank (an int), by ``"torchrun"``, or by all (``None``).

@@ -23,6 +23,7 @@ from pathlib import Path
 import psutil
 
 from ddp_lib import stacks, torchrun
+from ddp_lib.launch_result import LaunchInterrupted
 
 AGENT = "torchrun"
 STOP_GRACE_S = 10.0
@@ -69,11 +70,15 @@ class Agent:
 
 
 def run(agents: list[Agent], *, timeout: float, stream: bool, script: Path,
-        stacks_dir: Path | None = None) -> Outcome:
+        stacks_dir: Path | None = None, log: Path | None = None) -> Outcome:
     """Start the agents, relay their lines until all are done, and leave no process behind.
 
     If one agent fails while others still run (a node whose workers crashed), the others are
     stopped at once: their workers would otherwise wait for the lost ranks until the timeout.
+    A cell is never silent for long: a quiet launch (``stream=False``) shows a progress bar fed
+    by the ranks' lines, and a streamed one that has printed nothing for ``SILENCE_S`` says that
+    it is still waiting, and until when. An interrupt that arrives after every agent has exited
+    keeps the finished run.
 
     Args:
         agents: the torchrun agents to start, one per (simulated) node.
@@ -83,13 +88,16 @@ def run(agents: list[Agent], *, timeout: float, stream: bool, script: Path,
         stacks_dir: where the workers write their stacks when asked (``stacks.ENV_VAR`` in
             their environment); on a timeout or an interrupt they are asked before being
             stopped, and what they wrote ends up in ``Outcome.stacks``.
+        log: a file that receives every line, shown or not (the run's whole output).
+
+    Raises:
+        LaunchInterrupted: the cell was interrupted while the launch ran.
     """
-    multi = len(agents) > 1
     outcome = Outcome()
     lines: queue.Queue = queue.Queue()
     procs: list[subprocess.Popen] = []
     watchers: list[_ProcessWatcher] = []
-    echo = _Echo(stream, multi)
+    echo = _Echo(stream, len(agents) > 1, script, timeout, log)
     start = time.monotonic()
     try:
         for node, agent in enumerate(agents):
@@ -103,36 +111,25 @@ def run(agents: list[Agent], *, timeout: float, stream: bool, script: Path,
             for pipe, name in ((proc.stdout, "stdout"), (proc.stderr, "stderr")):
                 threading.Thread(target=_read_lines, args=(pipe, name, node, lines),
                                  daemon=True).start()
-        open_streams = 2 * len(procs)
-        while open_streams:
-            try:
-                item = lines.get(timeout=0.1)
-            except queue.Empty:
-                for watcher in watchers:
-                    watcher.refresh()
-                if not outcome.timed_out and time.monotonic() - start > timeout:
-                    outcome.timed_out = True
-                    outcome.stacks = _ask_for_stacks(procs, stacks_dir)
-                    _stop_all(procs, watchers)
-                elif multi and any(p.poll() not in (None, 0) for p in procs):
-                    _stop_all(procs, watchers)
-                continue
-            if item is None:
-                open_streams -= 1
-                continue
-            line = parse(*item)
-            outcome.lines.append(line)
-            echo(line)
-        for proc in procs:
-            proc.wait()
+        try:
+            _relay(procs, watchers, lines, outcome, echo, start, timeout, stacks_dir)
+        except KeyboardInterrupt:
+            if not all(proc.poll() is not None for proc in procs):
+                raise
+            # Every agent had exited: the run is complete, only its last lines are in flight.
+            _relay(procs, watchers, lines, outcome, echo, start, timeout, stacks_dir)
+            echo.note(f"The interrupt came after {script.name} had finished: its result is "
+                      "kept.")
     except KeyboardInterrupt:
+        echo.stopping()
         dumps = _ask_for_stacks(procs, stacks_dir)
         _stop_all(procs, watchers)
         where = "".join(f"\n    {line}" for line in stacks.where(dumps, script))
-        raise KeyboardInterrupt(
+        raise LaunchInterrupted(
             f"Launch of {script.name} interrupted: torchrun and all its workers were stopped."
-            + (f"\nWhere each rank was:{where}" if where else "")) from None
+            + (f"\nWhere each rank was:{where}" if where else "") + echo.kept()) from None
     except BaseException as exc:
+        echo.stopping()
         _stop_all(procs, watchers)
         print(f"\nLaunch of {script.name} ended by {exc!r}: torchrun and all its workers "
               "were stopped.", file=sys.stderr, flush=True)
@@ -140,10 +137,44 @@ def run(agents: list[Agent], *, timeout: float, stream: bool, script: Path,
     finally:
         for watcher in watchers:
             watcher.kill_leftovers()
+        echo.close()
     outcome.wall_time = time.monotonic() - start
     codes = [proc.returncode for proc in procs]
     outcome.returncode = next((code for code in codes if code != 0), 0)
+    if echo.hidden:
+        echo.note(echo.kept().strip())
     return outcome
+
+
+def _relay(procs: list[subprocess.Popen], watchers: list[_ProcessWatcher], lines: queue.Queue,
+           outcome: Outcome, echo: _Echo, start: float, timeout: float,
+           stacks_dir: Path | None) -> None:
+    """Pass the agents' lines to ``echo`` until every pipe is closed, stopping the launch at its
+    timeout, or when one of several agents has failed."""
+    while echo.open_streams(len(procs)):
+        try:
+            item = lines.get(timeout=0.1)
+        except queue.Empty:
+            for watcher in watchers:
+                watcher.refresh()
+            if not outcome.timed_out and time.monotonic() - start > timeout:
+                outcome.timed_out = True
+                echo.stopping()
+                outcome.stacks = _ask_for_stacks(procs, stacks_dir)
+                _stop_all(procs, watchers)
+            elif len(procs) > 1 and any(p.poll() not in (None, 0) for p in procs):
+                echo.stopping()
+                _stop_all(procs, watchers)
+            echo.tick()
+            continue
+        if item is None:
+            echo.closed_streams += 1
+            continue
+        line = parse(*item)
+        outcome.lines.append(line)
+        echo(line)
+    for proc in procs:
+        proc.wait()
 
 
 def _ask_for_stacks(procs: list[subprocess.Popen], folder: Path | None) -> dict[int, str]:
@@ -284,24 +315,114 @@ def parse(stream: str, text: str, node: int = 0) -> Line:
 
 
 class _Echo:
-    """Prints lines into the cell, one write per line so ranks never interleave mid-line.
+    """What the cell shows of a launch while it runs, and the run's log file.
 
-    torchrun's own Python traceback after a failed worker is kept in the result but not shown:
-    the error raised by ``launch`` says what failed, and it is shorter.
+    Lines are printed one write per line, so ranks never interleave mid-line. Some lines are
+    kept in the result and the log but not shown, because the message ``launch`` raises says
+    the same in fewer words: torchrun's traceback after a failed worker, what it says while the
+    launch is being stopped, and faulthandler's list of loaded extension modules (one line
+    of 30 module names under every native crash report). With ``stream=False`` the cell shows a
+    progress bar instead of the lines.
     """
 
-    def __init__(self, enabled: bool, multi_node: bool = False):
-        self.enabled = enabled
+    SILENCE_S = 5.0  # a streamed launch that printed nothing for this long says it waits
+
+    def __init__(self, stream: bool, multi_node: bool, script: Path, timeout: float,
+                 log: Path | None):
+        self.stream = stream
         self.multi_node = multi_node
+        self.script = script
+        self.deadline = time.monotonic() + timeout
+        self.timeout = timeout
+        self.log_path = log
+        self.log = log.open("w", encoding="utf-8") if log else None
+        self.closed_streams = 0
+        self.hidden = 0
         self.agent_traceback: set[int] = set()
+        self.quiet_agents = False
+        self.last_line = time.monotonic()
+        self.waiting_said = 0.0
+        self.bar = None if stream else _progress_bar(script)
+        self.bar_drawn = 0.0
+
+    def open_streams(self, agents: int) -> bool:
+        return self.closed_streams < 2 * agents
 
     def __call__(self, line: Line) -> None:
-        agent = line.source == AGENT
-        if agent and line.text.startswith("Traceback (most recent call last)"):
+        self.last_line = time.monotonic()
+        source = (f"{line.source} node{line.node}" if line.source == AGENT and self.multi_node
+                  else line.source)
+        if self.log:
+            self.log.write(f"[{source}] {line.text}\n")
+            self.log.flush()
+        if line.source == AGENT and line.text.startswith("Traceback (most recent call last)"):
             self.agent_traceback.add(line.node)
-        if not self.enabled or (agent and line.node in self.agent_traceback):
+        if self._folded(line):
+            self.hidden += 1
+        elif self.bar is not None:
+            if line.rank is not None:
+                self.bar.update(1)
+                self.bar.set_postfix_str(f"rank {line.rank}: {line.text[:60]}", refresh=False)
+        elif self.stream:
+            target = sys.stderr if line.stream == "stderr" else sys.stdout
+            target.write(f"[{source}] {line.text}\n")
+            target.flush()
+
+    def _folded(self, line: Line) -> bool:
+        if line.source == AGENT:
+            return self.quiet_agents or line.node in self.agent_traceback
+        return line.text.startswith("Extension modules: ")
+
+    def tick(self) -> None:
+        """Called while no line arrives: keep the bar's clock going, or say what is awaited."""
+        now = time.monotonic()
+        if self.bar is not None:
+            if now - self.bar_drawn >= 1.0:  # the clock moves in seconds
+                self.bar_drawn = now
+                self.bar.refresh()
             return
-        source = f"{line.source} node{line.node}" if agent and self.multi_node else line.source
-        target = sys.stderr if line.stream == "stderr" else sys.stdout
-        target.write(f"[{source}] {line.text}\n")
-        target.flush()
+        silent = now - self.last_line
+        if self.stream and not self.quiet_agents and silent >= self.SILENCE_S \
+                and now - self.waiting_said >= max(self.SILENCE_S, silent / 2):
+            self.waiting_said = now
+            left = max(0.0, self.deadline - now)
+            self.note(f"{silent:.0f} s without a line from the ranks; still waiting (the launch "
+                      f"is stopped at its timeout, {self.timeout:g} s, in {left:.0f} s)")
+
+    def stopping(self) -> None:
+        """From now on torchrun only reports being stopped: keep that out of the cell."""
+        self.quiet_agents = True
+
+    def note(self, text: str) -> None:
+        """A line of the launch's own, printed even when the ranks' lines are not."""
+        if self.bar is not None:
+            self.bar.write(text)
+        else:
+            print(f"[launch] {text}", flush=True)
+
+    def kept(self) -> str:
+        """Where the lines not shown are, for the end of a message; ``""`` if none were hidden."""
+        if not self.hidden or self.log_path is None:
+            return ""
+        return (f"\n({self.hidden} line{'s' if self.hidden > 1 else ''} of torchrun's and "
+                f"faulthandler's reports not shown: the whole output is in {self.log_path})")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        if self.log:
+            self.log.close()
+            self.log = None
+
+
+def _progress_bar(script: Path):
+    """A bar that counts the lines the ranks print: a widget in a notebook, text elsewhere.
+
+    ``tqdm.auto``'s trouble with iterables (lesson 01, note 1) does not arise: nothing is
+    iterated here.
+    """
+    from tqdm.auto import tqdm
+
+    return tqdm(desc=script.name, unit=" lines", disable=False, mininterval=0.5,
+                bar_format="{desc}: {n_fmt}{unit} from the ranks [{elapsed}]{postfix}")
