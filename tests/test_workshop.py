@@ -72,8 +72,23 @@ def test_a_solution_becomes_a_stub_that_names_its_exercise():
                 "execution_count": 1, "source": "# Solution to exercise 3\nprint(1 + 2)"}
     stub = exercises.stub(solution, exercise)
     assert exercises.source(stub).splitlines() == [
-        "# Exercise 3: write your code here, then run the cell.", "# Add two numbers.", "pass"]
+        "# Exercise 3: write your code here, then run the cell.", "#", "# Add two numbers.",
+        "pass"]
     assert stub["metadata"]["tags"] == [exercises.STUB]
+
+
+def test_a_stub_says_which_cells_to_edit_when_the_solution_names_them():
+    exercise = {"cell_type": "markdown", "source": "**1.** Remove a line of the script."}
+    solution = {"cell_type": "code", "outputs": [], "execution_count": None,
+                "metadata": {"tags": ["solution"], "jupyter": {"source_hidden": True},
+                             exercises.STUB_INSTRUCTION: "edit section 2's script cell, run it, "
+                                                         "then the launch cell of section 4."},
+                "source": "# Solution to exercise 1\nprint(1)"}
+    stub = exercises.stub(solution, exercise)
+    assert exercises.source(stub).splitlines() == [
+        "# Exercise 1: edit section 2's script cell, run it, then the launch cell of section 4.",
+        "#", "# Remove a line of the script.", "pass"]
+    assert stub["metadata"] == {"tags": [exercises.STUB]}, "shown, and nothing left to hide"
 
 
 def test_minutes_line_matches_the_metadata():

@@ -23,6 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = "solution"
 STUB = "exercise-stub"
+STUB_INSTRUCTION = "exercise_stub"  # a solution cell's metadata: what its stub tells to do
+DEFAULT_INSTRUCTION = "write your code here, then run the cell."
 HEADER = re.compile(r"^# Solution to exercise (\d+)(?::\s*(.*))?")
 
 
@@ -36,18 +38,25 @@ def source(cell: dict) -> str:
 
 
 def stub(solution: dict, exercise: dict) -> dict:
-    """The cell a learner fills in: which exercise, what it asks for, then ``pass``."""
+    """The cell a learner fills in: which exercise, what to do where, what it asks, then ``pass``.
+
+    What to do is "write your code here" unless the solution's metadata says otherwise under
+    ``STUB_INSTRUCTION``: an exercise that is done by editing another cell (a script) names that
+    cell and the cells to run after it, since this one stays empty.
+    """
     match = HEADER.match(source(solution))
     number = match[1] if match else "?"
     asked = re.sub(r"\s+", " ", source(exercise).split("<details>")[0]).strip()
     asked = re.sub(r"^\*\*\d+\.\*\*\s*|^\*\*\d+\.\s*", "", asked)
-    lines = [f"# Exercise {number}: write your code here, then run the cell."]
-    lines += [f"# {line}" for line in _wrap(asked, 96)]
+    instruction = solution["metadata"].get(STUB_INSTRUCTION, DEFAULT_INSTRUCTION)
+    lines = [f"# {line}" for line in _wrap(f"Exercise {number}: {instruction}", 96)]
+    lines += ["#"] + [f"# {line}" for line in _wrap(asked, 96)]
     lines.append("pass")
     cell = copy.deepcopy(solution)
     cell["metadata"]["tags"] = [STUB if tag == SOLUTION else tag
                                 for tag in cell["metadata"]["tags"] if tag != "nbval-check-output"]
     cell["metadata"].pop("jupyter", None)  # a stub is meant to be seen
+    cell["metadata"].pop(STUB_INSTRUCTION, None)
     cell["source"] = [line + "\n" for line in lines[:-1]] + [lines[-1]]
     cell["outputs"], cell["execution_count"] = [], None
     return cell
