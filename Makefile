@@ -1,4 +1,5 @@
-# ddp-workshop. Every target creates the Python environment first if it is missing.
+# ddp-workshop. Every target creates the Python environment first if it is missing, and points
+# its install of the project at this clone.
 #
 # The environment lives outside the clone, in a cache folder named after a hash of the Python
 # version and requirements.txt: a second clone, or a second `make test`, reuses the 5 GB install,
@@ -20,7 +21,8 @@ VENV ?= $(CACHE_DIR)/venv-$(ENV_KEY)$(if $(filter system,$(TORCH)),-system-torch
 BIN := $(VENV)/bin
 READY := $(VENV)/.ready
 
-# The notebooks, the tests and every launched script import ddp_lib from this clone.
+# The notebooks, the tests and every launched script import ddp_lib from this clone, even while
+# another clone's make has pointed the shared environment's install (setup, below) at itself.
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
@@ -47,7 +49,28 @@ help:
 	@echo "make schedule   regenerate docs/schedule.md (the instructor's plan) from the notebooks"
 	@echo "make clean   remove build/, written scripts and run logs (keeps data/ and the environment)"
 
+# The project itself is installed too, editable, so that every Python of the environment (a
+# terminal, a job file, a torchrun worker) imports ddp_lib from the clone without PYTHONPATH. One
+# environment serves every clone with the same pins and an editable install points at one of
+# them, so every target that uses the environment runs setup, which asks where ddp_lib resolves
+# (a few milliseconds) and installs this clone again where it resolves elsewhere (a few seconds).
 setup: $(READY)
+	@$(call install_project,$(VENV))
+
+# pip builds the project with the environment's own setuptools (--no-build-isolation): there is
+# no build environment to fetch, so no network once the requirement is met. pyproject.toml's
+# [build-system] asks for the same (tests/test_project.py checks that they agree).
+BUILD_REQUIREMENT := setuptools>=70.1
+# $(call install_project,VENV). `python -I` ignores PYTHONPATH (this Makefile sets it) and the
+# working folder, so it finds ddp_lib where a job or another terminal would.
+install_project = "$(1)/bin/python" -I -c 'import importlib.util, os, sys; \
+	spec = importlib.util.find_spec("ddp_lib"); \
+	sys.exit(not spec or os.path.realpath(spec.origin) != os.path.realpath(sys.argv[1]))' \
+	"$(CURDIR)/ddp_lib/__init__.py" || { echo "Installing $(CURDIR) into $(1), editable"; \
+	"$(1)/bin/python" -m pip install --quiet --disable-pip-version-check \
+	$(if $(FIND_LINKS),--no-index --find-links "$(FIND_LINKS)") "$(BUILD_REQUIREMENT)" && \
+	"$(1)/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
+	--no-build-isolation --editable .; }
 
 # No prerequisite on purpose: the folder's name already changes with requirements.txt, and a
 # fresh clone's file times must not trigger a reinstall. The marker is written last, so an
@@ -77,7 +100,7 @@ endif
 LAB_ARGS ?=
 EDITION ?= course
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
-lab: $(READY) $(if $(filter exercises,$(EDITION)),exercises)
+lab: setup $(if $(filter exercises,$(EDITION)),exercises)
 	@case "$(EDITION)" in course|exercises) ;; *) echo "EDITION is course or exercises"; exit 2;; esac
 	mkdir -p "$(dir $(LAB_SETTINGS))"
 	cp workshop/lab-settings.json "$(LAB_SETTINGS)"
@@ -89,7 +112,7 @@ lab: $(READY) $(if $(filter exercises,$(EDITION)),exercises)
 lab-exercises:
 	$(MAKE) lab EDITION=exercises
 
-run: $(READY)
+run: setup
 	rm -rf build/notebooks build/html
 	"$(BIN)/jupyter" nbconvert --to notebook --execute --ExecutePreprocessor.timeout=1800 \
 		--output-dir build/notebooks $(NOTEBOOKS)
@@ -98,7 +121,7 @@ run: $(READY)
 	@echo "Executed notebooks: $(CURDIR)/build/notebooks/"
 	@echo "HTML pages:         $(CURDIR)/build/html/"
 
-lint: $(READY)
+lint: setup
 	"$(BIN)/ruff" check .
 
 # The browser tests drive Debian's Chromium (Playwright never downloads a browser here). It is
@@ -137,18 +160,18 @@ test-browser: browser exercises
 	"$(BIN)/python" -m pytest build/exercises/notebooks/*.ipynb --nbval-lax \
 		--nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600
 
-exercises: $(READY)
+exercises: setup
 	rm -rf build/exercises
 	"$(BIN)/python" -m workshop.exercises build/exercises
 
-schedule: $(READY)
+schedule: setup
 	"$(BIN)/python" -m workshop.schedule
 
 # Programs, not tests: they print tables (and write build/bench/results.md). BENCH_ARGS passes
 # options, e.g. make bench BENCH_ARGS="--quick" or BENCH_ARGS="--only notebooks".
 BENCH_ARGS ?=
 bench: export DDP_WORKSHOP_DATASET ?= synthetic
-bench: $(READY)
+bench: setup
 	"$(BIN)/python" -m benchmarks.run_all $(BENCH_ARGS)
 
 # Another torch, e.g. make compat TORCH=2.4.1 (a release listed in ddp_lib/compat.py): a second
@@ -164,6 +187,7 @@ compat: export DDP_WORKSHOP_DATASET ?= synthetic
 compat: export DDP_WORKSHOP_FULL_SIZE ?= 0
 compat: export CUDA_VISIBLE_DEVICES ?=
 compat: $(COMPAT_VENV)/.ready
+	@$(call install_project,$(COMPAT_VENV))
 	"$(COMPAT_VENV)/bin/python" ddp_lib/compat.py check
 	"$(COMPAT_VENV)/bin/python" -m pytest $(COMPAT_TESTS) --nbval-lax --nbval-current-env \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600 --durations=15
@@ -178,10 +202,11 @@ $(COMPAT_VENV)/.ready:
 		"torchvision==$$($(PYTHON) ddp_lib/compat.py torchvision-for "$(TORCH)")" -r "$(@D)/requirements.txt"
 	touch "$@"
 
-# Wheels of everything a learner needs besides torch and torchvision, for an offline node's Python
-# and platform (PY=3.12, PLATFORM=x86_64 or aarch64). On the node: make setup TORCH=system
-# FIND_LINKS=build/wheelhouse, or pip install --no-index --find-links build/wheelhouse
-# -r build/wheelhouse/requirements.txt.
+# Wheels of everything a learner needs besides torch and torchvision, and the setuptools that
+# installs the project, for an offline node's Python and platform (PY=3.12, PLATFORM=x86_64 or
+# aarch64). On the node: make setup TORCH=system FIND_LINKS=build/wheelhouse, or pip install
+# --no-index --find-links build/wheelhouse -r build/wheelhouse/requirements.txt and then
+# pip install --no-deps --no-build-isolation --editable . for the project itself.
 PY ?= 3.12
 PLATFORM ?= x86_64
 WHEELHOUSE ?= build/wheelhouse
@@ -189,7 +214,7 @@ wheelhouse:
 	rm -rf "$(WHEELHOUSE)"
 	mkdir -p "$(WHEELHOUSE)"
 	{ echo "# requirements.txt without $(NOT_FOR_LEARNERS) (make wheelhouse)"; \
-	  $(LEARNER_PINS); } > "$(WHEELHOUSE)/requirements.txt"
+	  $(LEARNER_PINS); echo "$(BUILD_REQUIREMENT)"; } > "$(WHEELHOUSE)/requirements.txt"
 	$(PYTHON) -m pip download --quiet --disable-pip-version-check --only-binary=:all: \
 		--python-version "$(PY)" --platform "manylinux2014_$(PLATFORM)" \
 		--platform "manylinux_2_28_$(PLATFORM)" -d "$(WHEELHOUSE)" -r "$(WHEELHOUSE)/requirements.txt"

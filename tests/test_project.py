@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from fnmatch import fnmatch
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,6 +27,29 @@ def test_requirements_pyproject_and_conda_pin_the_same_versions():
     assert requirements and requirements == pyproject == conda
     assert requirements["torch"].split(".")[:2] == ["2", "14"]
     assert requirements["torchvision"].startswith("0.29.")  # the release built for torch 2.14
+
+
+def test_both_environments_install_the_project_itself():
+    """So that scripts, job files and terminals import ddp_lib without PYTHONPATH; make builds it
+    with the environment's own setuptools, the one pyproject.toml asks for."""
+    makefile = (ROOT / "Makefile").read_text()
+    (requirement,) = re.findall(r"^BUILD_REQUIREMENT := (\S+)$", makefile, flags=re.MULTILINE)
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert pyproject["build-system"]["requires"] == [requirement]
+    assert "--no-build-isolation --editable ." in makefile
+    conda = (ROOT / "environment.yml").read_text().splitlines()
+    assert conda[-1].strip() == "- -e ."  # conda runs pip in this file's folder, the clone
+
+
+def test_the_package_holds_every_file_of_ddp_lib():
+    """A file left out would be missing from an install that is not editable."""
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    data = setuptools.get("package-data", {}).get("ddp_lib", [])
+    library = ROOT / "ddp_lib"
+    for path in sorted(library.rglob("*.py")):
+        package = ".".join(path.relative_to(ROOT).parent.parts)
+        assert package in setuptools["packages"] or any(
+            fnmatch(str(path.relative_to(library)), pattern) for pattern in data), path
 
 
 def test_ci_runs_the_readmes_test_commands():
