@@ -150,9 +150,10 @@ def slurm_script(
         f'echo "job $SLURM_JOB_ID on $SLURM_JOB_NODELIST; rendezvous at $HEAD_NODE:{port}"',
         "",
         "# The job id names the rendezvous, so another job on the same nodes never joins it.",
-        "# sbatch gives every node the environment it was submitted from (activate the Python",
-        "# environment before sbatch); nothing node-specific, such as a network interface",
-        "# name, is set here, because it would be wrong on the other nodes.",
+        "# sbatch gives every node the environment it was submitted from: activate the Python",
+        "# environment before sbatch, and the script imports what is installed in it (ddp_lib",
+        "# too, with no PYTHONPATH). Nothing node-specific, such as a network interface name,",
+        "# is set here, because it would be wrong on the other nodes.",
         *(_restart_lines() if max_restarts else []),
         _continued(["srun", *command]),
         "",
@@ -187,7 +188,8 @@ def pytorchjob_manifest(
         nodes: pods (machines), one ``torchrun`` agent each.
         gpus_per_node: GPUs per pod (``nvidia.com/gpu``); 0 for a CPU job.
         cpus_per_node: CPU cores per pod.
-        image: a container image with PyTorch and the script.
+        image: a container image with PyTorch, the script and what it imports installed
+            (``ddp_lib`` for the course's scripts).
         nproc_per_node: processes per pod; ``None``: one per GPU, or 1 on CPUs.
         args: the script's own arguments.
         name: the job's name; pods are called ``NAME-master-0``, ``NAME-worker-0``, ...
@@ -292,7 +294,9 @@ def ssh_commands(
     """``ssh HOST '[cd WORKDIR &&] torchrun ...'`` for each host: one terminal per machine.
 
     The job starts when all of them have connected; the remote command is exactly
-    :func:`host_commands`'s.
+    :func:`host_commands`'s. ssh runs it in a shell that activates nothing, so each host's
+    ``PATH`` must lead to the Python environment's ``torchrun`` (or type the command in a
+    terminal on each machine, with the environment activated).
     """
     commands = host_commands(script, hosts=hosts, nproc_per_node=nproc_per_node, port=port,
                              args=args, max_restarts=max_restarts)
@@ -324,12 +328,6 @@ def _check_script(script) -> None:
                          f"got {script!r}")
 
 
-
-
-
-
-
-
 def _nproc_for(nproc_per_node: int | None, gpus_per_node: int) -> int:
     """Processes per node: one per GPU unless told otherwise, and never more than GPUs."""
     if nproc_per_node is None:
@@ -340,8 +338,6 @@ def _nproc_for(nproc_per_node: int | None, gpus_per_node: int) -> int:
                          "each process needs a GPU of its own. Ask for more GPUs or fewer "
                          "processes.")
     return nproc_per_node
-
-
 
 
 def _check_hosts(hosts) -> list[str]:
@@ -355,8 +351,6 @@ def _check_hosts(hosts) -> list[str]:
         raise ValueError(f"hosts must be distinct machines, got {list(hosts)}; for more "
                          "processes on one machine raise nproc_per_node instead")
     return list(hosts)
-
-
 
 
 def _shell_word(word: str) -> str:
