@@ -2,7 +2,10 @@
 
 The test starts its own munged, slurmctld and two slurmd (nodes ``n1`` and ``n2``), with every
 file in a temporary folder (``SLURM_CONF`` points there), submits
-``ddp_lib.cluster.slurm_script`` with ``sbatch --wait`` and reads the job's log. Each slurmd
+``ddp_lib.cluster.slurm_script`` with ``sbatch --wait`` and reads the job's log. The job is
+submitted as a learner would, from a shell with the course's environment activated and no
+``PYTHONPATH``: its script imports ``ddp_lib`` as the lessons' scripts do, from the project that
+``make setup`` installed into the environment. Each slurmd
 runs as a machine of its own would: its own host name and an /etc/hosts naming both nodes
 (UTS and mount namespaces), so ``$HEAD_NODE`` resolves exactly as on a cluster. Slurm is
 installed from the distribution's packages when missing (root and apt-get needed); elsewhere the
@@ -33,6 +36,7 @@ TOOLS = ["munged", "slurmctld", "slurmd", "sbatch", "scontrol", "sinfo", "unshar
 # Each node has an address of its own on the loopback network (127.0.0.0/8), as machines have.
 NODES = {"n1": "127.0.0.2", "n2": "127.0.0.3"}
 JOB_TIMEOUT_S = 240
+LIBRARY = Path(__file__).resolve().parents[1] / "ddp_lib"  # this clone's
 
 JOB = """
 import os
@@ -41,12 +45,17 @@ import socket
 import torch
 import torch.distributed as dist
 
+import ddp_lib
+
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 total = torch.tensor([rank + 1.0])
 dist.all_reduce(total)
 print(f"rank={rank} world={dist.get_world_size()} host={socket.gethostname()} "
-      f"master={os.environ['MASTER_ADDR']} sum={total.item():g}", flush=True)
+      f"master={os.environ['MASTER_ADDR']} sum={total.item():g} "
+      f"pythonpath={'PYTHONPATH' in os.environ} "
+      f"ddp_lib={os.path.dirname(os.path.realpath(ddp_lib.__file__))}",
+      flush=True)
 dist.barrier()
 dist.destroy_process_group()
 """
@@ -222,10 +231,11 @@ def test_generated_script_runs_on_two_slurm_nodes(slurm: dict[str, str], tmp_pat
                                           time_limit="5", port=rendezvous_port,
                                           workdir=str(tmp_path)))
     # As a user does: activate the Python environment, then submit; sbatch hands this
-    # environment to every node.
+    # environment to every node. Nothing points Python at this clone: the job finds ddp_lib
+    # where the environment installed it.
     env = {**slurm, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{slurm['PATH']}",
-           "OMP_NUM_THREADS": "1"}
-    for variable in ("MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME"):
+           "VIRTUAL_ENV": sys.prefix, "OMP_NUM_THREADS": "1"}
+    for variable in ("PYTHONPATH", "MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME"):
         env.pop(variable, None)
     try:
         done = subprocess.run(["sbatch", "--wait", str(batch)], env=env, capture_output=True,
@@ -245,4 +255,8 @@ def test_generated_script_runs_on_two_slurm_nodes(slurm: dict[str, str], tmp_pat
     for report in reports.values():
         assert report["world"] == "2" and report["sum"] == "3"
         assert report["master"] == "n1"  # the first node of the allocation
+        assert report["pythonpath"] == "False"
+        assert report["ddp_lib"] == str(LIBRARY), (
+            f"the environment's ddp_lib is {report['ddp_lib']}, not this clone's: "
+            "`make setup` here installs this clone into it")
     assert not processes_mentioning(str(tmp_path / "job.py"))
