@@ -113,16 +113,26 @@ def cifar10(train: bool = True, transform: Callable | None = None,
     return cls(str(root), train=train, transform=transform)
 
 
-def sample_counts(root: str | os.PathLike = DATA_DIR) -> tuple[int, int]:
-    """How many training and test images the lessons will really have, counted from the files.
+def sample_counts(root: str | os.PathLike = DATA_DIR,
+                  source: str | None = None) -> tuple[int, int]:
+    """How many training and test images the lessons will have, without preparing anything.
 
-    The data set is prepared first if need be (found, downloaded or generated), so the counts are
-    those of the data set every later ``cifar10()`` call loads: 50,000 + 10,000 for the real
-    CIFAR-10, fewer for the synthetic stand-in. Plans that take a number of samples from
-    elsewhere, and then slice the data set, would silently train on fewer.
+    Those of the data set on disk that ``cifar10()`` loads (the stand-in's counted from its
+    files); with none there yet, those of the one ``prepare_cifar10()`` starts with: the stand-in
+    when it is asked for, else the real CIFAR-10's 50,000 + 10,000, which it downloads. Plans
+    that take a number of samples from elsewhere, and then slice the data set, would silently
+    train on fewer. Offline, ``"auto"`` falls back to the stand-in only when preparing, which
+    no plan made earlier can know.
     """
-    prepare_cifar10(root, verbose=False)
-    return len(cifar10(train=True, root=root)), len(cifar10(train=False, root=root))
+    root = Path(root)
+    source = source or requested_source()
+    found = which(root, source)
+    if found == "synthetic":
+        return (len(SyntheticCIFAR10(root, train=True)),
+                len(SyntheticCIFAR10(root, train=False)))
+    if found == "cifar10" or source != "synthetic":
+        return CIFAR10_TRAIN, CIFAR10_TEST
+    return SYNTHETIC_TRAIN, SYNTHETIC_TEST
 
 
 def describe(found: str, root: str | os.PathLike = DATA_DIR) -> str:

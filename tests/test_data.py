@@ -35,9 +35,29 @@ def real_files(tmp_path, monkeypatch) -> Path:
 def test_the_real_data_set_is_found_by_its_checksums(real_files, tmp_path):
     assert data.which(tmp_path, "auto") == data.which(tmp_path, "cifar10") == "cifar10"
     assert data.which(tmp_path, "synthetic") is None
+    assert data.sample_counts(tmp_path, "auto") == (data.CIFAR10_TRAIN, data.CIFAR10_TEST)
     meta = real_files / CIFAR10.meta["filename"]
     meta.write_bytes(b"damaged")  # torchvision's CIFAR10 would refuse to load it
     assert data.which(tmp_path, "cifar10") is None
+
+
+def test_sample_counts_prepare_nothing(tmp_path):
+    # With nothing on disk: the data set that preparing starts with, and nothing written.
+    assert data.sample_counts(tmp_path, "synthetic") == (data.SYNTHETIC_TRAIN,
+                                                         data.SYNTHETIC_TEST)
+    assert data.sample_counts(tmp_path, "auto") == (data.CIFAR10_TRAIN, data.CIFAR10_TEST)
+    assert data.sample_counts(tmp_path, "cifar10") == (data.CIFAR10_TRAIN, data.CIFAR10_TEST)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sample_counts_are_those_of_the_stand_in_on_disk(tmp_path, monkeypatch):
+    # A stand-in of another size (made by another release, say) is counted, not assumed.
+    monkeypatch.setattr(synthetic_cifar10, "SYNTHETIC_TRAIN", 500)
+    monkeypatch.setattr(synthetic_cifar10, "SYNTHETIC_TEST", 120)
+    synthetic_cifar10.generate_synthetic(tmp_path)
+    assert data.sample_counts(tmp_path, "auto") == data.sample_counts(tmp_path, "synthetic")
+    assert data.sample_counts(tmp_path, "synthetic") == (500, 120)
+    assert data.sample_counts(tmp_path, "cifar10") == (data.CIFAR10_TRAIN, data.CIFAR10_TEST)
 
 
 def _prepare(root: str) -> str:
