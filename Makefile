@@ -62,13 +62,15 @@ setup: $(READY)
 # [build-system] asks for the same (tests/test_project.py checks that they agree).
 BUILD_REQUIREMENT := setuptools>=70.1
 # $(call install_project,VENV). `python -I` ignores PYTHONPATH (this Makefile sets it) and the
-# working folder, so it finds ddp_lib where a job or another terminal would.
+# working folder, so it finds ddp_lib where a job or another terminal would. pip is asked for
+# setuptools only where it is missing or older than 70.1, which brought its own bdist_wheel.
 install_project = "$(1)/bin/python" -I -c 'import importlib.util, os, sys; \
 	spec = importlib.util.find_spec("ddp_lib"); \
 	sys.exit(not spec or os.path.realpath(spec.origin) != os.path.realpath(sys.argv[1]))' \
 	"$(CURDIR)/ddp_lib/__init__.py" || { echo "Installing $(CURDIR) into $(1), editable"; \
+	{ "$(1)/bin/python" -I -c 'import setuptools.command.bdist_wheel' 2>/dev/null || \
 	"$(1)/bin/python" -m pip install --quiet --disable-pip-version-check \
-	$(if $(FIND_LINKS),--no-index --find-links "$(FIND_LINKS)") "$(BUILD_REQUIREMENT)" && \
+	$(if $(FIND_LINKS),--no-index --find-links "$(FIND_LINKS)") "$(BUILD_REQUIREMENT)"; } && \
 	"$(1)/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
 	--no-build-isolation --editable .; }
 
