@@ -36,7 +36,7 @@ LEARNER_PINS := grep -vE "^(\#|($$(echo $(NOT_FOR_LEARNERS) | tr ' ' '|'))==)" r
 .PHONY: help setup lab lab-exercises run test test-browser lint browser bench compat wheelhouse exercises schedule clean
 
 help:
-	@echo "make setup   create the Python environment ($(VENV))"
+	@echo "make setup   create the Python environment ($(VENV)), this clone installed in it"
 	@echo "make lab     open the course in JupyterLab"
 	@echo "make lab-exercises   build the learners' edition and open it in JupyterLab"
 	@echo "make run     execute every notebook headless into build/ (notebooks and HTML pages)"
