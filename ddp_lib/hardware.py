@@ -249,9 +249,10 @@ def course_sizes(hw: Hardware | None = None) -> Sizes:
     """Small enough to run the series in minutes on CPU; the whole data set where a GPU is there.
 
     ``DDP_WORKSHOP_FULL_SIZE=1`` forces the full size, ``=0`` the small one. The sample counts
-    never exceed those of the data set on disk (prepared here if it is not there yet): the full
-    size is all of it, 50,000 + 10,000 images of the real CIFAR-10 but fewer of the synthetic
-    stand-in, so that what a lesson plans, prints and checks is what its runs train on.
+    never exceed those of the data set the lessons load (``data.sample_counts``, which prepares
+    nothing): the full size is all of it, 50,000 + 10,000 images of the real CIFAR-10 but fewer
+    of the synthetic stand-in, so that what a lesson plans, prints and checks is what its runs
+    train on.
     """
     hw = hw or detect()
     forced = os.environ.get("DDP_WORKSHOP_FULL_SIZE")
