@@ -1,106 +1,80 @@
 """What a launch that ended badly says: which rank failed and how, or that torchrun itself did.
 
-Every rank of a ``ddp_lib`` launch writes its uncaught exception to torchrun's error file (the
-launch's ``sitecustomize`` does what ``@record`` does, adding the rank and the time to the
-microsecond). The root cause is read from those files first: the rank that raised first, passing
-over ranks whose error only says that a peer's process went away (Gloo's "Connection closed by
-peer"): they raised because another rank had failed. If every rank that raised only lost a peer,
-the cause is a rank that torchrun reports killed by a signal, which left no file (killed by hand,
-or by the kernel when out of memory). A rank killed by SIGTERM is one torchrun stopped because
-another failed: it is the cause only when no other rank failed.
+It reads each rank's failure as torchrun's agent handed it over (``ddp_lib.failures``: exit code,
+the exception from the rank's error file, when). Every rank of a ``ddp_lib`` launch that has
+imported torch writes its uncaught exception to that file (the launch's ``sitecustomize``, as
+``@record`` does). The root cause is the rank that raised first (by when it wrote the file),
+passing over ranks whose error only says that a peer's process went away (Gloo's "Connection
+closed by peer"): they raised because another rank had failed. If every rank that raised only
+lost a peer, the cause is a rank killed by a signal, which left no file (killed by hand, or by
+the kernel when out of memory). A rank killed by SIGTERM is one torchrun stopped because another
+failed: it is the cause only when no other rank failed.
 
-Without error files (the worker died before ``sitecustomize`` ran, or torchrun kept none), the
-root cause is torchrun's own report (``Root Cause (first observed failure)``): "first observed" is
-when the agent noticed, to the second, so when ranks fail within a second of each other it names
-the lowest, and the same peer-gone rule applies. The message lists the last error line of every
-other rank that raised, so both sides of a failure are in view.
+Without error files (a rank that waited in NCCL without raising, or failed before importing
+torch), the root cause is torchrun's first observed failure: observed to the second, so when
+ranks fail within a second of each other it is the lowest, and the same rules apply, with the
+last error line each rank printed. A rank that torchrun stopped before it exited is in no record
+on torch 2.4: its printed traceback stands in for its error file. The message lists the last error
+line of every other rank that raised, so both sides of a failure are in view.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
 import signal
-from dataclasses import dataclass
 
-from ddp_lib import stacks
+from ddp_lib import failures, stacks
+from ddp_lib.failures import Failure
 from ddp_lib.launch_result import LaunchResult
 from ddp_lib.supervise import AGENT
 
-# One failure of torchrun's report: its "rank :" line, then its "exitcode :" line. Anchored to
-# those two lines, because the agent's log lines before the report also say "exitcode: -15)
-# local_rank: 0", in the other order, and in whatever order the agent happened to log them.
-_FAILURE_ENTRY = r"^\s+rank\s+:\s*(-?\d+)[^\n]*\n\s+exitcode\s+:\s*(-?\d+)"
-_ROOT_CAUSE = re.compile(r"Root Cause.*?" + _FAILURE_ENTRY, re.DOTALL | re.MULTILINE)
-_REPORTED_FAILURE = re.compile(_FAILURE_ENTRY, re.MULTILINE)
 # What a rank raises when a peer's process went away first: a consequence, not a cause.
 _PEER_GONE = re.compile(r"Connection (closed|reset) by peer", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
-class RaisedError:
-    """A rank's uncaught exception, as its torchrun error file holds it."""
-
-    rank: int
-    message: str  # "ValueError: ..."
-    traceback: str
-    time: float  # seconds since the epoch
-
-
-def raised_errors(result: LaunchResult) -> dict[int, RaisedError]:
-    """rank -> its uncaught exception in the last attempt, from torchrun's error files."""
-    attempts = result.run_dir.glob("torchrun*/*/attempt_*")
-    last = max((int(a.name.removeprefix("attempt_")) for a in attempts), default=None)
-    found = {}
-    for path in result.run_dir.glob(f"torchrun*/*/attempt_{last}/*/error.json"):
-        try:
-            error = json.loads(path.read_text(encoding="utf-8"))["message"]
-            extra = error["extraInfo"]
-            found[int(extra["rank"])] = RaisedError(int(extra["rank"]), error["message"],
-                                                    extra["py_callstack"], float(extra["time"]))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # not one of ours (a script's own @record has no rank), or unreadable
-    return found
+def raised_errors(result: LaunchResult) -> dict[int, Failure]:
+    """rank -> its failure, for every rank that failed with an uncaught exception (``message``)."""
+    return {rank: failure for rank, failure in failures.read(result.run_dir).failures.items()
+            if failure.message is not None}
 
 
 def root_cause(result: LaunchResult) -> tuple[int | None, int | None]:
     """The rank whose failure ended the launch and its exit code (``None``: not reported)."""
-    report = result.output(AGENT)
-    exitcodes = _reported_exitcodes(report)
-    raised = raised_errors(result)
+    failed = failures.read(result.run_dir).failures
+    raised = sorted((f for f in failed.values() if f.message is not None),
+                    key=lambda f: f.raised_at)
+    causes = [f for f in raised if not _PEER_GONE.search(f.message)]
+    if causes:
+        return causes[0].rank, causes[0].exitcode
     if raised:
-        by_time = sorted(raised.values(), key=lambda e: e.time)
-        causes = [e for e in by_time if not _PEER_GONE.search(e.message)]
-        if causes:
-            return causes[0].rank, exitcodes.get(causes[0].rank)
         # Every rank that raised only lost a peer: the peer died without raising.
         # A SIGTERM is torchrun stopping the rest: a rank killed otherwise comes first.
-        killed = sorted((code == -signal.SIGTERM, r) for r, code in exitcodes.items()
-                        if code < 0 and r not in raised)
-        first = killed[0][1] if killed else by_time[0].rank
-        return first, exitcodes.get(first)
-    match = _ROOT_CAUSE.search(report)
-    if not match:
+        killed = sorted((f.exitcode == -signal.SIGTERM, f.rank) for f in failed.values()
+                        if f.exitcode < 0 and f.message is None)
+        if killed:
+            return killed[0][1], failed[killed[0][1]].exitcode
+        first = raised[0]
+    elif failed:
+        # torchrun's own choice (ChildFailedError.get_first_failure): the earliest, to the second.
+        first = min(failed.values(), key=lambda f: f.timestamp)
+        others = [f for f in failed.values() if f.exitcode != -signal.SIGTERM]
+        if first.exitcode == -signal.SIGTERM and others:
+            # With no error files (a rank waiting in NCCL raises nothing), a rank torchrun
+            # stopped can tie with the one that died, and be listed first.
+            first = min(others, key=lambda f: f.rank)
+            return first.rank, first.exitcode
+    else:
         return None, result.returncode
-    rank, exitcode = int(match.group(1)), int(match.group(2))
-    failed = [r for r, code in exitcodes.items() if code != -signal.SIGTERM]
-    if exitcode == -signal.SIGTERM and failed:
-        # "First observed" is to the second: with no error files (a rank waiting in NCCL raises
-        # nothing), a rank torchrun stopped can tie with the one that died, and be listed first.
-        return min(failed), exitcodes[min(failed)]
-    if _PEER_GONE.search(last_error(result, rank)):
+    if _PEER_GONE.search(last_error(result, first.rank)):
+        # A rank that raised what the others only saw as a lost peer, but was stopped before it
+        # exited, is in no record: its printed traceback still says what happened.
         for other in result.ranks():
             error = last_error(result, other)
-            if other != rank and error and not _PEER_GONE.search(error):
-                return other, exitcodes.get(other)
-    return rank, exitcode
-
-
-def _reported_exitcodes(report: str) -> dict[int, int]:
-    """rank -> exit code of every failure torchrun's report lists."""
-    return {int(r): int(code) for r, code in _REPORTED_FAILURE.findall(report)}
+            if other != first.rank and error and not _PEER_GONE.search(error):
+                return other, failed[other].exitcode if other in failed else None
+    return first.rank, first.exitcode
 
 
 def last_error(result: LaunchResult, rank: int) -> str:
@@ -115,15 +89,9 @@ def last_error(result: LaunchResult, rank: int) -> str:
     return lines[-1].strip() if lines else ""
 
 
-_PARSER_ERROR = re.compile(r"^\S+: error: (.+)$", re.MULTILINE)
-
-
 def refusal(result: LaunchResult) -> str | None:
     """torchrun's own complaint about its command line, if that is why no worker ran."""
-    if result.ranks():
-        return None
-    match = _PARSER_ERROR.search(result.output(AGENT, stream="stderr"))
-    return match.group(1) if match else None
+    return failures.read(result.run_dir).refused
 
 
 def refusal_message(result: LaunchResult, complaint: str) -> str:
@@ -188,7 +156,7 @@ def failure_message(result: LaunchResult, rank: int | None, exitcode: int | None
     raised = raised_errors(result).get(rank) if rank is not None else None
     text = result.output(rank if rank is not None else AGENT, stream="stderr")
     crash = _crash_report(text)
-    tb = (raised.traceback.rstrip() if raised else
+    tb = (raised.traceback.rstrip() if raised and raised.traceback else
           crash or _traceback(text) or "\n".join(text.splitlines()[-15:]))
     parts = [f"{who} {_exit_description(exitcode)} while running {result.script.name} "
              f"(launch ended after {result.wall_time:.1f} s)."]
@@ -197,14 +165,15 @@ def failure_message(result: LaunchResult, rank: int | None, exitcode: int | None
         parts.append(where)
     if tb:
         parts.append(f"Its error output:\n{_indent(tb)}")
-    others = [f"rank {other}: {last_error(result, other)}" for other in result.ranks()
-              if other != rank and last_error(result, other)]
+    failed = failures.read(result.run_dir).failures
+    errors = {other: last_error(result, other)
+              for other in sorted({*result.ranks(), *failed}) if other != rank}
+    others = [f"rank {other}: {error}" for other, error in errors.items() if error]
     # A rank killed from outside (SIGTERM is torchrun stopping the rest) printed no error.
-    report = result.output(AGENT)
-    others += [f"rank {other}: {_exit_description(code)}"
-               for other, code in _reported_exitcodes(report).items()
-               if other != rank and code < 0 and code != -signal.SIGTERM
-               and not last_error(result, other)]
+    others += [f"rank {other}: {_exit_description(failed[other].exitcode)}"
+               for other, error in errors.items()
+               if not error and other in failed and failed[other].exitcode < 0
+               and failed[other].exitcode != -signal.SIGTERM]
     if others:
         parts.append("Other ranks that failed (their last error line):\n"
                      + _indent("\n".join(others)))

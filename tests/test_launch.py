@@ -13,8 +13,22 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import command_line, processes_mentioning, wait_until_gone
+from torch.distributed.elastic.multiprocessing.errors import (
+    ChildFailedError,
+    ErrorHandler,
+    ProcessFailure,
+)
 
-from ddp_lib import LaunchError, LaunchTimeout, RankFailed, launch, launch_nodes, messages, torchrun
+from ddp_lib import (
+    LaunchError,
+    LaunchTimeout,
+    RankFailed,
+    failures,
+    launch,
+    launch_nodes,
+    messages,
+    torchrun,
+)
 from ddp_lib.launch_result import LaunchResult
 from ddp_lib.supervise import Line
 
@@ -97,7 +111,7 @@ def test_failing_rank_ends_launch_promptly_and_is_named(make_script):
     assert err.rank == 1 and err.exitcode == 1
     assert "Rank 1 exited with code 1" in str(err)
     assert "ValueError: rank one gives up" in str(err)
-    assert "Traceback" in str(err)
+    assert "Traceback" in str(err) and "sitecustomize" not in str(err)  # the script's frames
     # Read from torchrun's error file, which the launch's sitecustomize wrote as @record would.
     assert messages.raised_errors(err.result)[1].message == "ValueError: rank one gives up"
     assert "error_file: <N/A>" not in err.result.output("torchrun").split("Root Cause")[1]
@@ -105,22 +119,52 @@ def test_failing_rank_ends_launch_promptly_and_is_named(make_script):
     assert not err.result.ok
 
 
-def test_a_rank_that_only_lost_its_peer_is_not_blamed():
-    """Two ranks failing in the same second: torchrun names the lower, here the wrong one."""
-    def traceback(error: str) -> list[str]:
-        return ["Traceback (most recent call last):", '  File "job.py", line 9, in <module>',
-                error]
+def failed(folder: Path, rank: int, exitcode: int, raised: Exception | None = None,
+           at: float = 100.0) -> ProcessFailure:
+    """torchrun's record of a rank that failed, as its agent makes it: from the error file the
+    rank wrote (torch's own ErrorHandler, as @record and the launch's workers use) if it raised,
+    else stamped when the agent noticed (``at``, to the second)."""
+    error_file = folder / f"error{rank}.json"
 
-    report = ["Failures:", "[1]:", "  rank      : 1 (local_rank: 1)",
-              "  exitcode  : 1 (pid: 11)", "Root Cause (first observed failure):", "[0]:",
-              "  rank      : 0 (local_rank: 0)", "  exitcode  : 1 (pid: 10)"]
-    lines = ([Line("rank0", "stderr", text) for text in traceback(
-        "RuntimeError: [pair.cc:561] Connection closed by peer [127.0.0.1]:14749.")]
-             + [Line("rank1", "stderr", text) for text in traceback(
-                 "RuntimeError: [unbound_buffer.cc:78] Timed out waiting 4000ms")]
-             + [Line("torchrun", "stderr", text) for text in report])
-    result = LaunchResult(script=Path("job.py"), command=[], run_dir=Path("runs/job"),
-                          returncode=1, lines=lines)
+    class ToFile(ErrorHandler):
+        def _get_error_file_path(self) -> str:
+            return str(error_file)
+
+    if raised is not None:
+        try:
+            raise raised
+        except Exception as handled:
+            ToFile().record_exception(handled)
+        os.utime(error_file, (at, at))
+    failure = ProcessFailure(local_rank=rank, pid=10 + rank, exitcode=exitcode,
+                             error_file=str(error_file))
+    if raised is None:
+        failure.timestamp = int(at)
+    return failure
+
+
+def result_of(run_dir: Path, failures_by_rank: dict[int, ProcessFailure],
+              lines: list[Line] = ()) -> LaunchResult:
+    """A failed launch whose agent reported ``failures_by_rank`` (a ChildFailedError's)."""
+    record = failures.path(run_dir, "torchrun")
+    failures.record(record, ChildFailedError("job.py", failures_by_rank))
+    return LaunchResult(script=Path("job.py"), command=[], run_dir=run_dir, returncode=1,
+                        lines=list(lines))
+
+
+def printed_traceback(rank: int, error: str) -> list[Line]:
+    return [Line(f"rank{rank}", "stderr", text) for text in [
+        "Traceback (most recent call last):", '  File "job.py", line 9, in <module>', error]]
+
+
+def test_a_rank_that_only_lost_its_peer_is_not_blamed(workdir):
+    """Two ranks failing in the same second, no error files: torchrun names the lower, here the
+    wrong one."""
+    lines = (printed_traceback(0, "RuntimeError: [pair.cc:561] Connection closed by peer "
+                                  "[127.0.0.1]:14749.")
+             + printed_traceback(1, "RuntimeError: [unbound_buffer.cc:78] Timed out waiting "
+                                    "4000ms"))
+    result = result_of(workdir, {0: failed(workdir, 0, 1), 1: failed(workdir, 1, 1)}, lines)
 
     assert messages.root_cause(result) == (1, 1)
     message = messages.failure_message(result, 1, 1)
@@ -128,77 +172,57 @@ def test_a_rank_that_only_lost_its_peer_is_not_blamed():
     assert "rank 0: RuntimeError: [pair.cc:561] Connection closed by peer" in message
 
     # torchrun stopped the job before rank 1 exited: no exit code for it is guessed.
-    result.lines = [line for line in lines if "rank      : 1" not in line.text]
+    result = result_of(workdir, {0: failed(workdir, 0, 1)}, lines)
     assert messages.root_cause(result) == (1, None)
     assert messages.failure_message(result, 1, None).startswith("Rank 1 raised (torchrun's report")
 
 
-def write_error_file(run_dir: Path, attempt: int, rank: int, message: str, at: float) -> None:
-    folder = run_dir / "torchrun" / "job_abc" / f"attempt_{attempt}" / str(rank)
-    folder.mkdir(parents=True)
-    (folder / "error.json").write_text(json.dumps({"message": {"message": message, "extraInfo": {
-        "py_callstack": f"Traceback (most recent call last):\n{message}\n",
-        "timestamp": str(int(at)), "time": at, "rank": rank}}}))
-
-
 def test_error_files_name_the_rank_that_raised_first(workdir):
-    report = ["Root Cause (first observed failure):", "[0]:", "  rank      : 0 (local_rank: 0)",
-              "  exitcode  : 1 (pid: 10)"]
-    result = LaunchResult(script=Path("job.py"), command=[], run_dir=workdir, returncode=1,
-                          lines=[Line("torchrun", "stderr", text) for text in report])
-    # An earlier attempt's error is not this failure's.
-    write_error_file(workdir, 0, 0, "ValueError: the first attempt's", at=50.0)
-    # Rank 0 wrote first, but only because rank 1 had gone: rank 1 is the cause.
-    write_error_file(workdir, 1, 0, "RuntimeError: Connection closed by peer", at=100.2)
-    write_error_file(workdir, 1, 1, "RuntimeError: Timed out waiting 4000ms", at=100.5)
+    # Rank 0 wrote first, but only because rank 1 had gone: rank 1 is the cause. torchrun stopped
+    # rank 1 before it exited (torch 2.4 then keeps no record of it): its printed traceback, the
+    # last one (an earlier attempt's error is not this failure's), says what it raised.
+    lines = (printed_traceback(1, "ValueError: the first attempt's")
+             + printed_traceback(1, "RuntimeError: Timed out waiting 4000ms"))
+    peer_gone = RuntimeError("Connection closed by peer")
+    result = result_of(workdir, {0: failed(workdir, 0, 1, peer_gone, at=100.2)}, lines)
     assert messages.root_cause(result) == (1, None)
     assert messages.last_error(result, 0) == "RuntimeError: Connection closed by peer"
     assert "Timed out waiting 4000ms" in messages.failure_message(result, 1, None)
 
 
-@pytest.mark.parametrize("agent_logged", [False, True])
-def test_a_rank_killed_without_raising_is_the_cause_of_its_peers_errors(workdir, agent_logged):
-    # The agent may log the stopped rank first, "exitcode" before "local_rank", as here.
-    log = ["E1123 21:39:08.119000 29839 torch/distributed/elastic/multiprocessing/api.py:1002] "
-           "failed (exitcode: -15) local_rank: 0 (pid: 10) of binary: python"]
-    report = [*(log if agent_logged else []),
-              "Failures:", "[0]:", "  rank      : 1 (local_rank: 1)", "  exitcode  : -9 (pid: 11)",
-              "Root Cause (first observed failure):", "[1]:", "  rank      : 0 (local_rank: 0)",
-              "  exitcode  : -15 (pid: 10)"]
-    result = LaunchResult(script=Path("job.py"), command=[], run_dir=workdir, returncode=1,
-                          lines=[Line("torchrun", "stderr", text) for text in report])
-    write_error_file(workdir, 0, 0, "RuntimeError: Read error: Connection reset by peer", at=9.0)
+def test_the_rank_that_raised_first_is_read_to_the_fraction_of_a_second(workdir):
+    # torchrun's timestamps are whole seconds; when the error files were written is finer.
+    result = result_of(workdir, {
+        0: failed(workdir, 0, 1, ValueError("rank 0's shard is missing"), at=100.6),
+        1: failed(workdir, 1, 1, ValueError("rank 1's shard is missing"), at=100.2)})
+    assert messages.root_cause(result) == (1, 1)
+    assert messages.raised_errors(result)[0].message == "ValueError: rank 0's shard is missing"
+    assert "Traceback" in messages.failure_message(result, 1, 1)
+
+
+def test_a_rank_killed_without_raising_is_the_cause_of_its_peers_errors(workdir):
+    peer_gone = RuntimeError("Read error: Connection reset by peer")
+    result = result_of(workdir, {1: failed(workdir, 1, -9),
+                                 0: failed(workdir, 0, -15, peer_gone, at=9.0)})
     assert messages.root_cause(result) == (1, -9)
 
 
 def test_a_rank_torchrun_stopped_is_not_the_cause(workdir):
     # No error files (NCCL ranks wait without raising): the stopped rank 0 was "observed" in the
     # same second as the killed rank 1, and torchrun lists it as the root cause.
-    report = ["Failures:", "[0]:", "  rank      : 1 (local_rank: 1)", "  exitcode  : -9 (pid: 11)",
-              "Root Cause (first observed failure):", "[1]:", "  rank      : 0 (local_rank: 0)",
-              "  exitcode  : -15 (pid: 10)"]
-    result = LaunchResult(script=Path("job.py"), command=[], run_dir=workdir, returncode=1,
-                          lines=[Line("torchrun", "stderr", text) for text in report])
+    result = result_of(workdir, {0: failed(workdir, 0, -15), 1: failed(workdir, 1, -9)})
     assert messages.root_cause(result) == (1, -9)
     # Error files: rank 0 raised only because its peer went; of the two that raised nothing, the
     # SIGKILLed rank 2 is the cause, not rank 1, which torchrun stopped.
-    report = ["Failures:", "[0]:", "  rank      : 1 (local_rank: 1)", "  exitcode  : -15 (pid: 11)",
-              "[1]:", "  rank      : 2 (local_rank: 2)", "  exitcode  : -9 (pid: 12)",
-              "Root Cause (first observed failure):", "[2]:", "  rank      : 0 (local_rank: 0)",
-              "  exitcode  : 1 (pid: 10)"]
-    result.lines = [Line("torchrun", "stderr", text) for text in report]
-    write_error_file(workdir, 0, 0, "RuntimeError: Connection reset by peer", at=9.0)
+    peer_gone = RuntimeError("Connection reset by peer")
+    result = result_of(workdir, {1: failed(workdir, 1, -15), 2: failed(workdir, 2, -9),
+                                 0: failed(workdir, 0, 1, peer_gone, at=9.0)})
     assert messages.root_cause(result) == (2, -9)
 
 
 def test_the_message_names_a_rank_killed_beside_the_cause(workdir):
-    report = ["Failures:", "[1]:", "  rank      : 0 (local_rank: 0)", "  exitcode  : -9 (pid: 10)",
-              "[2]:", "  rank      : 2 (local_rank: 2)", "  exitcode  : -15 (pid: 12)",
-              "Root Cause (first observed failure):", "[0]:", "  rank      : 1 (local_rank: 1)",
-              "  exitcode  : 1 (pid: 11)"]
-    result = LaunchResult(script=Path("job.py"), command=[], run_dir=workdir, returncode=1,
-                          lines=[Line("torchrun", "stderr", text) for text in report])
-    write_error_file(workdir, 0, 1, "ValueError: bad shard", at=5.0)
+    result = result_of(workdir, {0: failed(workdir, 0, -9), 2: failed(workdir, 2, -15),
+                                 1: failed(workdir, 1, 1, ValueError("bad shard"), at=5.0)})
     assert messages.root_cause(result) == (1, 1)
     message = messages.failure_message(result, 1, 1)
     assert "rank 0: was killed by SIGKILL" in message

@@ -1,5 +1,6 @@
 """What every process of a launch runs first (``ddp_lib/worker_site/sitecustomize.py``), besides
-the stack dumps (``test_stacks.py``) and torchrun's error files (``test_launch.py``)."""
+the stack dumps (``test_stacks.py``) and torchrun's error files of scripts that import torch
+(``test_launch.py``)."""
 
 from __future__ import annotations
 
@@ -112,3 +113,16 @@ def test_a_sitecustomize_that_was_there_still_runs(make_script, workdir, monkeyp
     script = make_script("site.py", "import os; print('site', os.environ.get('SITE_RAN'))\n")
     result = launch(script, nproc_per_node=1, stream=False, timeout=60)
     assert "site yes" in result.output(0)
+
+
+def test_a_script_that_fails_before_importing_torch_is_not_made_to_import_it(tmp_path):
+    """Its traceback is printed as always; torch's error file would cost importing torch."""
+    script = tmp_path / "fails.py"
+    script.write_text("import sys\nraise ValueError('no torch here')\n")
+    error_file = tmp_path / "error.json"
+    env = {**os.environ, "PYTHONPATH": str(WORKER_SITE), "TORCHELASTIC_ERROR_FILE": str(error_file),
+           "DDP_WORKSHOP_STACKS": str(tmp_path / "stacks"), "RANK": "0", "LOCAL_RANK": "0"}
+    failed = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert failed.returncode == 1 and "ValueError: no torch here" in failed.stderr
+    assert not error_file.exists()

@@ -12,10 +12,12 @@ thread's Python stack to its stderr first, so the failure message shows the line
 
 It also does for every script what torchrun's ``@record`` decorator does for the function it
 wraps: an uncaught exception is written to the error file torchrun names in
-``TORCHELASTIC_ERROR_FILE``, in torchrun's format, so torchrun's failure report shows the
-exception, and ``ddp_lib`` reads which rank raised what, and when, from the file instead of from
-interleaved output. Two keys are added to torchrun's: ``rank``, and ``time`` to the microsecond
-(torchrun's ``timestamp`` has whole seconds, too coarse to order ranks that fail together).
+``TORCHELASTIC_ERROR_FILE``, by torch's own ``ErrorHandler``, so torchrun's failure report shows the
+exception, and its ``ChildFailedError`` hands it to ``ddp_lib`` with the rank's exit code
+(``ddp_lib.failures``) instead of leaving it in interleaved output. That is done only where the
+script has imported torch: importing it just to write the file would cost a second or two of CPU
+(a script that fails before, a ``SyntaxError`` say, still prints its traceback, which ``ddp_lib``
+reads instead).
 
 At exit it skips Python's last garbage collection (``gc.freeze``, after every other exit
 handler has run). That collection walks every object torch, torchvision and ``torch._dynamo``
@@ -66,39 +68,47 @@ def _register_stack_dump() -> None:
 
 def _record_uncaught_exceptions() -> None:
     error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    rank = os.environ.get("RANK")
-    if not error_file or rank is None or not os.environ.get("DDP_WORKSHOP_STACKS"):
+    if not error_file or "RANK" not in os.environ or not os.environ.get("DDP_WORKSHOP_STACKS"):
         return  # not a torchrun worker of a ddp_lib launch, or torchrun keeps no error files
     previous_hook = sys.excepthook
 
     def record_then_print(exc_type, exc, tb) -> None:
-        if issubclass(exc_type, Exception):  # as @record: not KeyboardInterrupt
-            _write_error_file(error_file, int(rank), exc_type, exc, tb)
+        # As @record: not KeyboardInterrupt; and only where torch is in already.
+        if issubclass(exc_type, Exception) and "torch" in sys.modules:
+            _write_error_file(error_file, exc, tb)
         previous_hook(exc_type, exc, tb)
 
     sys.excepthook = record_then_print
 
 
-def _write_error_file(path: str, rank: int, exc_type, exc, tb) -> None:
-    import json
-    import time
-    import traceback
+def _write_error_file(path: str, exc: BaseException, tb) -> None:
+    """torch's ``ErrorHandler.record_exception``, written under another name, then renamed.
 
-    now = time.time()
-    error = {"message": {
-        "message": f"{exc_type.__name__}: {exc}",
-        "extraInfo": {"py_callstack": "".join(traceback.format_exception(exc_type, exc, tb)),
-                      "timestamp": str(int(now)), "time": now, "rank": rank}}}
+    Written whole or not at all: torchrun stops the other ranks as soon as one fails, and since
+    pytorch/pytorch#160908 (2025; 2.14 does, 2.4 does not) it reads the error file of every rank
+    it stopped. A file cut short by its SIGTERM would make torchrun's agent fail on the JSON
+    instead of reporting the failures.
+    """
+    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+
     partial = path + ".tmp"
-    try:  # written whole or not at all: torchrun may read it as soon as the process is gone
-        with open(partial, "w") as stream:
-            json.dump(error, stream)
-        os.replace(partial, path)
-    except (OSError, TypeError, ValueError):  # the exception is still printed and reported
+
+    class ToPartialFile(ErrorHandler):
+        def _get_error_file_path(self) -> str:
+            return partial
+
+    try:
+        raise exc  # record_exception reads the exception being handled (traceback.format_exc)
+    except BaseException as handled:
+        handled.__traceback__ = tb  # the script's frames only, without this one
         try:
-            os.remove(partial)
-        except OSError:
-            pass
+            ToPartialFile().record_exception(handled)
+            os.replace(partial, path)
+        except (OSError, TypeError, ValueError):  # the exception is still printed and reported
+            try:
+                os.remove(partial)
+            except OSError:
+                pass
 
 
 def _skip_the_last_garbage_collection() -> None:
