@@ -1,7 +1,7 @@
 """On one GPU: lesson 07's AMP comparison with its own script, and DDP's cost with one process.
 
 * AMP: lesson 07's ``train_amp_speed.py`` (its second step), written from the notebook's
-  ``%%write_script`` cell at run time, in its ``--measure-steps`` mode (images/s of training
+  ``%%write_script`` cell at run time, with ``--epochs 0 --measure-steps`` (images/s of training
   steps after a warm-up, per round, and CUDA peak memory), ResNet-18 at batch 1024, the lesson's
   variants: fp32, fp32 channels_last, fp16, fp16 channels_last, bf16 channels_last. One launch
   per variant, the launches interleaved in rounds.
@@ -33,10 +33,9 @@ def amp(quick: bool, folder) -> dict[str, dict[str, list[float]]]:
     """Per variant: images/s per round (median of the launch's rounds) and peak MB."""
     script = scripts.from_notebook(ROOT / "notebooks" / "07_mixed_precision.ipynb",
                                    "train_amp_speed.py", directory=folder, quiet=True)
-    measure = ["--model", "resnet18", "--batch-size", 1024, "--warmup-steps", 10,
+    measure = ["--model", "resnet18", "--epochs", 0, "--batch-size", 1024, "--warmup-steps", 10,
                "--measure-steps", 10 if quick else 20, "--rounds", 3,
-               "--train-samples", 8192, "--test-samples", 256,
-               "--checkpoint", folder / "checkpoint.pt"]
+               "--train-samples", 1024, "--test-samples", 256]
     found = {name: {"images_per_s": [], "peak_mb": []} for name in AMP_VARIANTS}
     # Emulated bf16 (before Ampere) is not what a bf16 run means: time only the real thing.
     native_bf16 = torch.cuda.is_bf16_supported(including_emulation=False)

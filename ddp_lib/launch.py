@@ -4,9 +4,10 @@ Every distributed run in the course is a real ``torchrun`` launch, the same comm
 on a cluster; ``launch`` and ``launch_nodes`` are the plumbing around it:
 
 * they check the arguments before anything starts, and say how to fix them;
-* they build the command with ``ddp_lib.torchrun`` (what a person would type, plus the options
-  that label each line with its rank), with a rendezvous on the loopback address whose port the
-  system picks, so two launches at once (from two notebooks) cannot collide;
+* they build the command with ``ddp_lib.torchrun``, print it and run it: on one machine
+  ``torchrun --standalone --nproc-per-node=N script.py``, what a person types (its rendezvous
+  port is one the system picks, so two launches at once cannot collide). What only the notebook
+  needs (logs, a rank label on each line) goes to torchrun through its environment;
 * ``ddp_lib.supervise`` streams every rank's output into the cell as it is printed, and leaves
   no process behind: not on success, failure, timeout, an interrupted cell or a dying kernel;
 * they return a :class:`LaunchResult` (exit status, wall time, per-rank output, reported
@@ -29,7 +30,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ddp_lib import hardware, messages, metrics, stacks, supervise, torchrun
+from ddp_lib import failures, hardware, messages, metrics, stacks, supervise, torchrun
 from ddp_lib.launch_result import (
     LaunchError,
     LaunchInterrupted,
@@ -70,10 +71,9 @@ def launch(
         args: command-line arguments for the script.
         nproc_per_node: processes on this machine; ``None``: one per GPU, else 2 on the CPU.
         nnodes: number of machines (torchrun agents) taking part.
-        rdzv_endpoint: ``host:port`` of the rendezvous; needed when ``nnodes > 1``. For one
-            node the default is the loopback address with a port the system picks.
-        local_addr: the address this node advertises to the others; ``127.0.0.1`` by default
-            on one node.
+        rdzv_endpoint: ``host:port`` of the rendezvous; needed when ``nnodes > 1``. ``None``
+            on one node: ``--standalone``.
+        local_addr: the address this node advertises to the others (``None``: its host name).
         backend: ``"gloo"`` or ``"nccl"`` to force one (checked against the hardware, passed
             to the script as ``DDP_BACKEND``); ``None`` lets the script choose.
         env: extra environment variables for the workers.
@@ -99,9 +99,6 @@ def launch(
                             timeout, max_restarts, env)
     run_dir, metrics_file = _prepare_run_dir(script, run_dir)
 
-    if nnodes == 1:
-        rdzv_endpoint = rdzv_endpoint or "127.0.0.1:0"
-        local_addr = local_addr or "127.0.0.1"
     child_env = _child_env(env, backend, metrics_file, max_restarts)
     agent = _agent(script, args, plan.nproc_per_node, nnodes, rdzv_endpoint, local_addr,
                    max_restarts, run_dir, "torchrun", child_env)
@@ -165,22 +162,25 @@ def launch_nodes(
     return _run(script, agents, run_dir, metrics_file, timeout, stream, check)
 
 
-def _agent(script: Path, args: Sequence, nproc_per_node: int, nnodes: int, rdzv_endpoint: str,
-           local_addr: str | None, max_restarts: int, run_dir: Path, logs: str,
-           env: dict[str, str], cores: list[int] | None = None) -> Agent:
-    """One torchrun agent of this launch: the command a person would type, plus supervision."""
-    options, label_env = torchrun.supervision(run_dir / logs)
-    command = torchrun.command(script, nproc_per_node=nproc_per_node, nnodes=nnodes,
-                               rdzv_endpoint=rdzv_endpoint, rdzv_id=_rdzv_id(run_dir),
-                               local_addr=local_addr, max_restarts=max_restarts, args=args,
-                               options=options)
-    command = [sys.executable, "-m", "torch.distributed.run", *command[1:]]
-    return Agent(command, {**env, **label_env}, cores or [])
+def _agent(script: Path, args: Sequence, nproc_per_node: int, nnodes: int,
+           rdzv_endpoint: str | None, local_addr: str | None, max_restarts: int, run_dir: Path,
+           logs: str, env: dict[str, str], cores: list[int] | None = None) -> Agent:
+    """One torchrun agent of this launch: the command a person types, run by this Python, with
+    the notebook's settings in its environment."""
+    words = torchrun.arguments(script, nproc_per_node=nproc_per_node, nnodes=nnodes,
+                               rdzv_endpoint=rdzv_endpoint, rdzv_id=_rdzv_id(script),
+                               local_addr=local_addr, max_restarts=max_restarts, args=args)
+    # torchrun's own main, which also keeps each rank's failure as data (ddp_lib.agent)
+    recorded = {failures.ENV_VAR: str(failures.path(run_dir, logs))}
+    return Agent(command=[sys.executable, "-m", "ddp_lib.agent", *words],
+                 env={**env, **torchrun.supervision(run_dir / logs), **recorded},
+                 cores=cores or [], typed=["torchrun", *words])
 
 
-def _rdzv_id(run_dir: Path) -> str:
-    """The run's folder name as its rendezvous id: torchrun names its log folder after it."""
-    return re.sub(r"[^A-Za-z0-9_.-]", "-", run_dir.resolve().name)
+def _rdzv_id(script: Path) -> str:
+    """The script's name as the job's rendezvous id: the agents of one launch share it, and no
+    other launch meets them at the port this one chose."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", script.stem)
 
 
 def _run(script: Path, agents: list[Agent], run_dir: Path, metrics_file: Path, timeout: float,
@@ -194,7 +194,7 @@ def _run(script: Path, agents: list[Agent], run_dir: Path, metrics_file: Path, t
     outcome = supervise.run(agents, timeout=timeout, stream=stream, script=script,
                             stacks_dir=Path(agents[0].env[stacks.ENV_VAR]),
                             log=run_dir / "output.log")
-    result = LaunchResult(script=script, command=agents[0].command, run_dir=run_dir,
+    result = LaunchResult(script=script, command=agents[0].typed, run_dir=run_dir,
                           returncode=outcome.returncode, wall_time=outcome.wall_time,
                           lines=outcome.lines, metrics=metrics.read(metrics_file),
                           timed_out=outcome.timed_out, stacks=outcome.stacks,
@@ -212,11 +212,10 @@ def _run(script: Path, agents: list[Agent], run_dir: Path, metrics_file: Path, t
 
 
 def _shown(agent: Agent) -> str:
-    """The agent's command as a person would type it: settings that matter, then ``torchrun``."""
-    settings = "".join(f"{k}={shlex.quote(agent.env[k])} "
-                       for k in (*torchrun.OWN_STORE_ENV, torchrun.RANK_LABEL_ENV)
+    """The agent's command as a person types it, after the variable that changes what it does."""
+    settings = "".join(f"{k}={shlex.quote(agent.env[k])} " for k in torchrun.OWN_STORE_ENV
                        if k in agent.env)
-    return f"{settings}torchrun {shlex.join(agent.command[3:])}"
+    return f"{settings}{shlex.join(agent.typed)}"
 
 
 def _free_port() -> int:

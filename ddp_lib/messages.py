@@ -98,7 +98,7 @@ def refusal_message(result: LaunchResult, complaint: str) -> str:
     import torch
 
     return (f"torchrun refused its command line, so no worker ran: {complaint}\n"
-            f"The command: torchrun {shlex.join(result.command[3:])}\n"
+            f"The command: {shlex.join(result.command)}\n"
             f"The installed torchrun is torch {torch.__version__}'s; `torchrun --help` lists "
             "what it accepts.")
 

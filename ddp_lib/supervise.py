@@ -62,11 +62,15 @@ class Outcome:
 
 @dataclass
 class Agent:
-    """One torchrun agent to start: its command, environment and (optionally) its CPU cores."""
+    """One torchrun agent to start: its command, environment and (optionally) its CPU cores.
+
+    ``typed`` is the command as a person types it (``torchrun ...``), ``command`` what runs it.
+    """
 
     command: list[str]
     env: dict[str, str]
     cores: list[int] = field(default_factory=list)
+    typed: list[str] = field(default_factory=list)
 
 
 def run(agents: list[Agent], *, timeout: float, stream: bool, script: Path,
@@ -337,6 +341,7 @@ class _Echo:
         self.log_path = log
         self.log = log.open("w", encoding="utf-8") if log else None
         self.closed_streams = 0
+        self.rank_lines = 0
         self.hidden = 0
         self.agent_traceback: set[int] = set()
         self.quiet_agents = False
@@ -357,6 +362,7 @@ class _Echo:
             self.log.flush()
         if line.source == AGENT and line.text.startswith("Traceback (most recent call last)"):
             self.agent_traceback.add(line.node)
+        self.rank_lines += line.rank is not None
         if self._folded(line):
             self.hidden += 1
         elif self.bar is not None:
@@ -386,8 +392,10 @@ class _Echo:
                 and now - self.waiting_said >= max(self.SILENCE_S, silent / 2):
             self.waiting_said = now
             left = max(0.0, self.deadline - now)
-            self.note(f"{silent:.0f} s without a line from the ranks; still waiting (the launch "
-                      f"is stopped at its timeout, {self.timeout:g} s, in {left:.0f} s)")
+            doing = ("the ranks are starting (importing torch, meeting at the rendezvous)"
+                     if not self.rank_lines else "no line from the ranks: still waiting")
+            self.note(f"{silent:.0f} s, {doing}; the launch is stopped at its timeout, "
+                      f"{self.timeout:g} s, in {left:.0f} s")
 
     def stopping(self) -> None:
         """From now on torchrun only reports being stopped: keep that out of the cell."""

@@ -1,22 +1,16 @@
 """The ``torchrun`` command: built in one place, for the launches here and the job files there.
 
-``command`` writes what a person would type: the options that change something, each of which a
-lesson explains, and nothing that only restates a default. A launch from a notebook adds the
-options of ``supervision`` (logs, output copied with a rank label), which only serve the
-notebook. Which options exist, and what they default to, is read from the installed torchrun's
-own parser rather than from its version: the course runs on the torch a cluster ships, often a
-year or more old.
-
-The rendezvous is always ``c10d`` with an endpoint and a named ``--rdzv-id``. ``--standalone``
-is the short form of that on one machine, but it replaces any id with a random one, so torchrun's
-logs of every run would land in anonymous folders; with the endpoint ``127.0.0.1:0`` the system
-picks a free port just the same, and the one-node command differs from the multi-node one only
-in ``--nnodes`` and the endpoint's host.
+``command`` writes what a person types, and nothing else: on one machine
+``torchrun --standalone --nproc-per-node=N script.py``, across machines the rendezvous that every
+agent of the job meets (``--nnodes``, ``--rdzv-backend=c10d``, ``--rdzv-endpoint``,
+``--rdzv-id``). A launch from a notebook prints that command and runs it; what only the notebook
+needs (a log folder per run, the output copied with a rank label on each line) it gives torchrun
+through torchrun's own environment variables (``supervision``), so that the printed line, pasted
+into a terminal in ``notebooks/``, trains the same script.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 from collections.abc import Sequence
@@ -24,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 RDZV_BACKEND = "c10d"
+STANDALONE = "--standalone"  # one machine: c10d on localhost, a free port, a random id
 NPROC_WORDS = ("gpu", "cpu", "auto")  # torchrun's own non-numeric --nproc-per-node values
 # Who serves the store that init_process_group("env://") meets at MASTER_ADDR:MASTER_PORT.
 # torch 2.4: rank 0's worker starts it, on a port that node 0's agent found free. From torch 2.5
@@ -39,11 +34,9 @@ NPROC_WORDS = ("gpu", "cpu", "auto")  # torchrun's own non-numeric --nproc-per-n
 OWN_STORE_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 RANK_LABEL = "[rank${rank}]: "  # torchrun fills in the global rank
 RANK_PREFIX = re.compile(r"^\[rank(\d+)\]: ?")
-# The label is a command-line option only in recent torchrun; every torchrun of the supported
-# range reads it from this variable, which the option merely overrides.
-RANK_LABEL_OPTION = "--log-line-prefix-template"
+# The label is a command-line option only in recent torchrun (2.12 on); every torchrun of the
+# supported range reads it from this variable, which the option merely overrides.
 RANK_LABEL_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
-MONITOR_INTERVAL_S = 0.1  # how often the agent looks at its workers: a failure ends a launch fast
 
 # A host or port may be a literal or a variable the shell ($NAME, ${NAME}) or Kubernetes
 # ($(NAME)) fills in on the machine.
@@ -57,70 +50,80 @@ def command(
     script: str | os.PathLike,
     *,
     nproc_per_node: int | str,
-    rdzv_endpoint: str,
-    rdzv_id: str,
     nnodes: int = 1,
+    rdzv_endpoint: str | None = None,
+    rdzv_id: str | None = None,
     max_restarts: int = 0,
     local_addr: str | None = None,
     args: Sequence[str | int | float | os.PathLike] = (),
-    options: Sequence[str] = (),
 ) -> list[str]:
     """The ``torchrun`` command for one machine of a job, as a list of words.
 
     Args:
         script: the training script.
         nproc_per_node: processes on the machine: a number, or ``"gpu"``, ``"cpu"``, ``"auto"``.
-        rdzv_endpoint: ``host:port`` every agent of the job connects to; the host may be a
-            variable that the machine fills in (``"$HEAD_NODE:29500"``); port 0 on one machine
-            lets the system choose.
-        rdzv_id: a name shared by the agents of one job and no other job at the endpoint.
         nnodes: machines (torchrun agents) in the job.
+        rdzv_endpoint: ``host:port`` every agent of the job connects to; the host may be a
+            variable that the machine fills in (``"$HEAD_NODE:29500"``). ``None`` on one
+            machine: ``--standalone``.
+        rdzv_id: a name shared by the agents of one job and no other job at the endpoint
+            (needed with an endpoint).
         max_restarts: how often torchrun restarts all workers after one fails.
         local_addr: the address this agent advertises to the others (``None``: its host name).
         args: the script's own arguments.
-        options: more torchrun options, e.g. ``supervision``'s, put before the script.
 
     Raises:
         ValueError: an argument that would give a broken command, with what is expected.
     """
+    return ["torchrun", *arguments(script, nproc_per_node=nproc_per_node, nnodes=nnodes,
+                                   rdzv_endpoint=rdzv_endpoint, rdzv_id=rdzv_id,
+                                   max_restarts=max_restarts, local_addr=local_addr, args=args)]
+
+
+def arguments(
+    script: str | os.PathLike,
+    *,
+    nproc_per_node: int | str,
+    nnodes: int = 1,
+    rdzv_endpoint: str | None = None,
+    rdzv_id: str | None = None,
+    max_restarts: int = 0,
+    local_addr: str | None = None,
+    args: Sequence[str | int | float | os.PathLike] = (),
+) -> list[str]:
+    """``command`` without the program's name: what ``python -m torch.distributed.run`` takes."""
     check_int("nnodes", nnodes, low=1)
     check_nproc(nproc_per_node)
-    check_endpoint(rdzv_endpoint)
-    if not isinstance(rdzv_id, str) or not _NAME.fullmatch(rdzv_id):
-        raise ValueError(f"rdzv_id must be one word (letters, digits, '-', '_', '.') or a "
-                         f"variable like '$SLURM_JOB_ID', got {rdzv_id!r}")
     check_int("max_restarts", max_restarts, low=0)
-    return [
-        "torchrun",
-        *([f"--nnodes={nnodes}"] if nnodes != 1 else []),
-        f"--nproc-per-node={nproc_per_node}",
-        f"--rdzv-backend={RDZV_BACKEND}",
-        f"--rdzv-endpoint={rdzv_endpoint}",
-        f"--rdzv-id={rdzv_id}",
-        *([f"--local-addr={local_addr}"] if local_addr else []),
-        *([f"--max-restarts={max_restarts}"] if max_restarts else []),
-        *options,
-        os.fspath(script),
-        *script_args(args),
-    ]
-
-
-def supervision(log_dir: Path) -> tuple[list[str], dict[str, str]]:
-    """The options and environment a notebook's launch adds to ``command``.
-
-    torchrun writes each worker's output to ``log_dir`` and copies it to its own (``--tee``),
-    each line labelled ``[rankN]: `` so that the notebook can tell the ranks apart; and it looks
-    at its workers every ``MONITOR_INTERVAL_S`` where its default is slower.
-    """
-    options = [f"--log-dir={log_dir}", "--tee=3"]
-    env: dict[str, str] = {}
-    if accepts(RANK_LABEL_OPTION):
-        options.append(f"{RANK_LABEL_OPTION}={RANK_LABEL}")
+    words = [f"--nnodes={nnodes}"] if nnodes != 1 else []
+    if rdzv_endpoint is None:
+        if nnodes != 1:
+            raise ValueError("A job of several machines needs rdzv_endpoint ('host:port' of "
+                             "the machine that hosts the rendezvous) and an rdzv_id.")
+        words += [STANDALONE, f"--nproc-per-node={nproc_per_node}"]
     else:
-        env[RANK_LABEL_ENV] = RANK_LABEL
-    if default("--monitor-interval") > MONITOR_INTERVAL_S:
-        options.append(f"--monitor-interval={MONITOR_INTERVAL_S:g}")
-    return options, env
+        check_endpoint(rdzv_endpoint)
+        if not isinstance(rdzv_id, str) or not _NAME.fullmatch(rdzv_id):
+            raise ValueError(f"rdzv_id must be one word (letters, digits, '-', '_', '.') or a "
+                             f"variable like '$SLURM_JOB_ID', got {rdzv_id!r}")
+        words += [f"--nproc-per-node={nproc_per_node}", f"--rdzv-backend={RDZV_BACKEND}",
+                  f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={rdzv_id}"]
+    if local_addr:
+        words.append(f"--local-addr={local_addr}")
+    if max_restarts:
+        words.append(f"--max-restarts={max_restarts}")
+    return [*words, os.fspath(script), *script_args(args)]
+
+
+def supervision(log_dir: Path) -> dict[str, str]:
+    """What a notebook's launch adds to ``command``, as torchrun's environment variables.
+
+    torchrun reads each of its options from ``PET_<OPTION>`` when the command line lacks it: here
+    it writes each worker's output to ``log_dir`` and copies it to its own (``--tee=3``), each
+    line labelled ``[rankN]: `` so that the notebook can tell the ranks apart. Given this way,
+    they stay off the command the notebook prints.
+    """
+    return {"PET_LOG_DIR": os.fspath(log_dir), "PET_TEE": "3", RANK_LABEL_ENV: RANK_LABEL}
 
 
 def shares_store() -> bool:
@@ -137,33 +140,6 @@ def shares_store() -> bool:
 def restart_env(max_restarts: int) -> dict[str, str]:
     """The workers' own store where restarts are allowed and torchrun would share its own."""
     return dict(OWN_STORE_ENV) if max_restarts and shares_store() else {}
-
-
-def accepts(option: str) -> bool:
-    """Whether the installed torchrun has ``option`` (e.g. ``"--log-line-prefix-template"``).
-
-    Asked of torchrun's own argument parser, so the answer holds for whichever torch is installed
-    (an option that a release added, renamed or removed), where a version check would guess.
-    """
-    return _setting(option) in _defaults()
-
-
-def default(option: str) -> Any:
-    """The installed torchrun's default value for ``option`` (``KeyError`` if it has none)."""
-    return _defaults()[_setting(option)]
-
-
-def _setting(option: str) -> str:
-    return option.lstrip("-").replace("-", "_")
-
-
-@functools.cache
-def _defaults() -> dict[str, Any]:
-    """Every setting torchrun's parser fills in (one per option), with its default."""
-    from torch.distributed.run import get_args_parser
-
-    known, _ = get_args_parser().parse_known_args(["script.py"])
-    return vars(known)
 
 
 def check_int(name: str, value: Any, *, low: int) -> None:

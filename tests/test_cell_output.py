@@ -11,6 +11,7 @@ import re
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from conftest import processes_mentioning
 from jupyter_client.manager import start_new_kernel
@@ -149,10 +150,15 @@ def test_an_interrupt_after_the_run_finished_keeps_its_result(make_script, workd
     _run_cell(client, SLOW_END)
     client.execute(f"result = ddp_lib.launch({str(script)!r}, nproc_per_node=2)")
 
+    kernel_process = psutil.Process(manager.provisioner.process.pid)
+
     def finished() -> bool:
+        """Every rank printed all its lines and the agent has exited (a zombie until reaped;
+        while it exits, its command line is already gone)."""
         logs = list(workdir.glob("runs/*/output.log"))
         return (bool(logs) and logs[0].read_text().count("] step ") == 6
-                and not processes_mentioning(str(script)))
+                and all(child.status() == psutil.STATUS_ZOMBIE
+                        for child in kernel_process.children()))
 
     _wait_for(finished, "the launch's processes to end")
     manager.interrupt_kernel()

@@ -92,12 +92,11 @@ def test_launch_streams_ranks_and_collects_metrics(make_script, capsys):
     assert "[rank0] warning from rank 0" in shown.err
     # Without restarts the workers meet at the store torchrun serves them: nothing to set.
     assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in shown.out
-    # This torchrun's own rank labels where it has the option (torch 2.12 and newer), ours where
-    # not: the test below makes ddp_lib take the other way.
-    uses_option = any(a.startswith(torchrun.RANK_LABEL_OPTION) for a in result.command)
-    assert uses_option == torchrun.accepts(torchrun.RANK_LABEL_OPTION)
-    assert (torchrun.RANK_LABEL_ENV in shown.out.splitlines()[0]) == (not uses_option)
-    assert "127.0.0.1:0" in shown.out
+    # The command printed is the one a person types; the notebook's own settings (logs, rank
+    # labels) reach torchrun through its environment.
+    typed = f"torchrun --standalone --nproc-per-node=2 {script}"
+    assert shown.out.splitlines()[0] == f"$ {typed}"
+    assert result.command == typed.split()
     assert (result.run_dir / "torchrun").is_dir()  # torchrun's logs stay with the launch
 
 
@@ -386,10 +385,10 @@ def test_max_restarts_recovers_from_a_killed_worker(make_script, capsys):
     for rank in (0, 1):
         assert "attempt 1 done" in result.output(rank).splitlines()
     # The workers get a store of their own where torchrun would share its own (torch 2.5 on).
-    # Where torchrun lacks --log-line-prefix-template, the rank label is a second variable.
     command = capsys.readouterr().out.splitlines()[0]
-    own_store = command.startswith("$ TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 ")
-    assert own_store == torchrun.shares_store() and " torchrun " in command
+    own_store = "$ TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 " if torchrun.shares_store() else "$ "
+    typed = f"torchrun --standalone --nproc-per-node=2 --max-restarts=1 {script}"
+    assert command == f"{own_store}{typed}"
 
 
 def test_the_workers_get_a_store_of_their_own_only_with_restarts():
@@ -510,40 +509,8 @@ def test_missing_script_is_refused(workdir):
         launch(workdir / "nope.py", nproc_per_node=1)
 
 
-def test_torchrun_accepts_is_read_from_the_installed_parser():
-    from torch.distributed.run import get_args_parser
-
-    assert torchrun.accepts("--nproc-per-node")
-    assert torchrun.accepts("--max-restarts")  # an option with an int value
-    assert not torchrun.accepts("--no-such-option")
-    assert torchrun.default("--max-restarts") == 0
-    help_text = get_args_parser().format_help()
-    assert torchrun.accepts(torchrun.RANK_LABEL_OPTION) == (torchrun.RANK_LABEL_OPTION in help_text)
-
-
-def _as_older_torchrun(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make ddp_lib see a torchrun without the rank-label option, as torch 2.11's and older."""
-    accepts = torchrun.accepts
-    monkeypatch.setattr(torchrun, "accepts",
-                        lambda option: option != torchrun.RANK_LABEL_OPTION and accepts(option))
-
-
-def test_ranks_are_labelled_without_the_prefix_option(make_script, capsys, monkeypatch):
-    _as_older_torchrun(monkeypatch)
-    script = make_script("ranks.py", "import os; print('from rank', os.environ['RANK'])\n")
-    result = launch(script, nproc_per_node=2, timeout=120)
-    assert result.ranks() == [0, 1]
-    assert {line.rank for line in result.lines if line.text.startswith("from rank")} == {0, 1}
-    assert not any(a.startswith(torchrun.RANK_LABEL_OPTION) for a in result.command)
-    shown = capsys.readouterr().out
-    assert torchrun.RANK_LABEL_ENV in shown.splitlines()[0]
-    assert "[rank1] from rank 1" in shown
-
-
-def test_launch_nodes_labels_every_rank_with_its_node_without_the_prefix_option(
-        make_script, monkeypatch):
-    # Lesson 06 checks that both nodes' ranks are shown; that must not depend on torch's release.
-    _as_older_torchrun(monkeypatch)
+def test_launch_nodes_labels_every_rank_with_its_node(make_script):
+    # Lesson 06 checks that both nodes' ranks are shown.
     script = make_script("nodes.py", "import os; print('from rank', os.environ['RANK'])\n")
     result = launch_nodes(script, nnodes=2, nproc_per_node=1, stream=False, timeout=120)
     ranks_by_node = {(line.node, line.rank) for line in result.lines
@@ -555,9 +522,9 @@ def test_launch_nodes_labels_every_rank_with_its_node_without_the_prefix_option(
 def test_torchrun_refusing_its_command_line_is_named(make_script, monkeypatch):
     # What torch 2.11's torchrun did with a newer option: no worker ever ran. The message must
     # blame torchrun's command line, not a rank.
-    supervision = torchrun.supervision
-    monkeypatch.setattr(torchrun, "supervision", lambda log_dir: (
-        ["--no-such-option=1", *supervision(log_dir)[0]], supervision(log_dir)[1]))
+    arguments = torchrun.arguments
+    monkeypatch.setattr(torchrun, "arguments",
+                        lambda *args, **kwargs: ["--no-such-option=1", *arguments(*args, **kwargs)])
     script = make_script("allreduce.py", ALL_REDUCE)
     with pytest.raises(LaunchError) as caught:
         launch(script, nproc_per_node=2, stream=False, timeout=120)
@@ -565,3 +532,19 @@ def test_torchrun_refusing_its_command_line_is_named(make_script, monkeypatch):
     message = str(caught.value)
     assert message.startswith("torchrun refused its command line")
     assert "--no-such-option" in message
+
+
+def test_one_machine_is_standalone_and_several_need_an_endpoint():
+    assert torchrun.command("t.py", nproc_per_node=2, args=["--epochs", 1]) == [
+        "torchrun", "--standalone", "--nproc-per-node=2", "t.py", "--epochs", "1"]
+    with pytest.raises(ValueError, match="needs rdzv_endpoint"):
+        torchrun.command("t.py", nproc_per_node=2, nnodes=2)
+
+
+def test_the_notebooks_settings_are_read_by_the_installed_torchrun(monkeypatch):
+    from torch.distributed.run import get_args_parser
+
+    for name, value in torchrun.supervision(Path("runs/x/torchrun")).items():
+        monkeypatch.setenv(name, value)
+    parsed = get_args_parser().parse_args(torchrun.arguments("t.py", nproc_per_node=2))
+    assert (parsed.log_dir, parsed.tee, parsed.standalone) == ("runs/x/torchrun", "3", True)
