@@ -6,7 +6,7 @@ a lesson teaches: that code stays in the scripts, in plain PyTorch.
 """
 
 from ddp_lib.hardware import detect, plan, threads_per_process
-from ddp_lib.launch import (
+from ddp_lib.launcher import (
     LaunchError,
     LaunchInterrupted,
     LaunchResult,
