@@ -75,23 +75,6 @@ def command(
     Raises:
         ValueError: an argument that would give a broken command, with what is expected.
     """
-    return ["torchrun", *arguments(script, nproc_per_node=nproc_per_node, nnodes=nnodes,
-                                   rdzv_endpoint=rdzv_endpoint, rdzv_id=rdzv_id,
-                                   max_restarts=max_restarts, local_addr=local_addr, args=args)]
-
-
-def arguments(
-    script: str | os.PathLike,
-    *,
-    nproc_per_node: int | str,
-    nnodes: int = 1,
-    rdzv_endpoint: str | None = None,
-    rdzv_id: str | None = None,
-    max_restarts: int = 0,
-    local_addr: str | None = None,
-    args: Sequence[str | int | float | os.PathLike] = (),
-) -> list[str]:
-    """``command`` without the program's name: what ``python -m torch.distributed.run`` takes."""
     check_int("nnodes", nnodes, low=1)
     check_nproc(nproc_per_node)
     check_int("max_restarts", max_restarts, low=0)
@@ -112,7 +95,13 @@ def arguments(
         words.append(f"--local-addr={local_addr}")
     if max_restarts:
         words.append(f"--max-restarts={max_restarts}")
-    return [*words, os.fspath(script), *script_args(args)]
+    return ["torchrun", *words, os.fspath(script), *script_args(args)]
+
+
+def arguments(script: str | os.PathLike, **options: Any) -> list[str]:
+    """``command`` without the program's name: what ``python -m torch.distributed.run`` takes."""
+    program, *words = command(script, **options)
+    return words
 
 
 def supervision(log_dir: Path) -> dict[str, str]:
