@@ -6,16 +6,15 @@ a lesson teaches: that code stays in the scripts, in plain PyTorch.
 """
 
 from ddp_lib.hardware import detect, plan, threads_per_process
-from ddp_lib.launcher import (
+from ddp_lib.launch_result import (
     LaunchError,
     LaunchInterrupted,
     LaunchResult,
     LaunchTimeout,
     RankFailed,
     StaleResult,
-    launch,
-    launch_nodes,
 )
+from ddp_lib.launcher import launch, launch_nodes
 from ddp_lib.metrics import report
 from ddp_lib.scripts import write_script
 

@@ -31,19 +31,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ddp_lib import failures, hardware, messages, metrics, stacks, supervise, torchrun
-from ddp_lib.launch_result import (
-    LaunchError,
-    LaunchInterrupted,
-    LaunchResult,
-    LaunchTimeout,
-    RankFailed,
-    StaleResult,
-    digest,
-)
-from ddp_lib.supervise import Agent, Line
+from ddp_lib.launch_result import LaunchError, LaunchResult, LaunchTimeout, RankFailed, digest
+from ddp_lib.supervise import Agent
 
-__all__ = ["LaunchError", "LaunchInterrupted", "LaunchResult", "LaunchTimeout", "Line",
-           "RankFailed", "StaleResult", "launch", "launch_nodes"]
+__all__ = ["launch", "launch_nodes"]
 
 _run_counter = 0
 
