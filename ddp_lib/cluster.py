@@ -3,12 +3,16 @@
 On a cluster nobody calls ``ddp_lib.launch``: a scheduler starts one ``torchrun`` agent per
 machine, and the agents meet at a rendezvous endpoint (``host:port`` of one of the machines)
 before starting their workers. With the ``c10d`` rendezvous the command is *the same on every
-machine* (no node rank to hand out), so a Slurm batch script, a Kubernetes ``PyTorchJob`` and
-two shells reached by SSH differ only in how they name the first machine:
+machine* (no node rank to hand out), so a Slurm batch script, a PBS batch script, a Kubernetes
+``PyTorchJob`` and two shells reached by SSH differ only in how they name the first machine:
 
 * Slurm: the first node of the allocation, ``$HEAD_NODE``, read by the batch script;
+* PBS: the first line of ``$PBS_NODEFILE``, also ``$HEAD_NODE`` in the batch script;
 * Kubernetes: ``$(MASTER_ADDR)``, which the Kubeflow training operator sets in every pod;
 * SSH: the first host you list.
+
+A PBS script can also leave torchrun out, as HPC centres' courses do: ``mpiexec`` starts every
+process itself and the script reads its rank where ``mpiexec`` puts it.
 
 This module writes those files as text (or a ``dict`` for Kubernetes); it runs nothing.
 """
@@ -19,7 +23,7 @@ import os
 import re
 import shlex
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -29,11 +33,16 @@ from ddp_lib.torchrun import HOST, OWN_STORE_ENV, VARIABLE, check_int, check_por
 PYTORCH_CONTAINER = "pytorch"  # the training operator finds the training container by this name
 OPERATOR_PORT_NAME = "pytorchjob-port"  # the operator reads MASTER_PORT from the port so named
 K8S_ENDPOINT = "$(MASTER_ADDR):$(MASTER_PORT)"
-SLURM_HEAD_NODE = "$HEAD_NODE"
+HEAD_NODE = "$HEAD_NODE"  # the batch scripts' (Slurm, PBS) variable for the first machine
 SLURM_JOB_ID = "$SLURM_JOB_ID"
+PBS_JOB_ID = "$PBS_JOBID"
+PBS_LAUNCHERS = ("mpiexec", "torchrun")
 
 _K8S_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")  # DNS-1123 label (pod names)
 _SLURM_TIME = re.compile(r"(\d+-)?\d+(:\d{2}){0,2}")
+_PBS_TIME = re.compile(r"\d+(:\d{2}){0,2}")  # [[hours:]minutes:]seconds
+_PBS_JOB_NAME = re.compile(r"[A-Za-z0-9]\S{0,235}")  # qsub(1B), -N
+_PBS_FILESYSTEM = re.compile(r"\w+")
 _SHELL_SAFE = re.compile(r"[\w@%+=:,./-]+")
 
 
@@ -109,17 +118,13 @@ def slurm_script(
     check_int("cpus_per_task", cpus_per_task, low=1)
     nproc = _nproc_for(nproc_per_node, gpus_per_node)
     check_port(port)
-    for name, value in (("job_name", job_name), ("partition", partition), ("output", output),
-                        ("workdir", workdir)):
-        if value is not None and (not isinstance(value, (str, os.PathLike))
-                                  or not os.fspath(value) or re.search(r"\s", os.fspath(value))):
-            raise ValueError(f"{name} must be a non-empty string without spaces, got {value!r}")
+    _check_words(job_name=job_name, partition=partition, output=output, workdir=workdir)
     if not isinstance(time_limit, str) or not _SLURM_TIME.fullmatch(time_limit):
         raise ValueError(f"time_limit must be Slurm's [days-]hours:minutes:seconds (or "
                          f"minutes), e.g. '00:30:00', got {time_limit!r}")
 
     command = torchrun_command(script, nnodes=nodes, nproc_per_node=nproc,
-                               rdzv_endpoint=f"{SLURM_HEAD_NODE}:{port}", args=args,
+                               rdzv_endpoint=f"{HEAD_NODE}:{port}", args=args,
                                rdzv_id=SLURM_JOB_ID, max_restarts=max_restarts)
     world = nodes * nproc
     options = [
@@ -159,6 +164,177 @@ def slurm_script(
         "",
     ]
     return "\n".join(lines)
+
+
+def pbs_script(
+    script: str | os.PathLike,
+    *,
+    nodes: int,
+    gpus_per_node: int,
+    cpus_per_node: int,
+    launcher: Literal["mpiexec", "torchrun"] = "mpiexec",
+    nproc_per_node: int | None = None,
+    args: Sequence[str | int | float] = (),
+    job_name: str = "ddp-workshop",
+    walltime: str = "00:30:00",
+    port: int = 29500,
+    queue: str | None = None,
+    account: str | None = None,
+    filesystems: Sequence[str] = (),
+    max_restarts: int = 0,
+    workdir: str | os.PathLike | None = None,
+) -> str:
+    """A PBS Pro batch script (``qsub FILE``) that runs ``script`` on ``nodes`` machines.
+
+    PBS lists the job's machines in ``$PBS_NODEFILE``, one line per MPI process
+    (``mpiprocs``), in the order of the chunks of ``-l select``; the batch script runs on the
+    first one, which therefore hosts the group's store. ``mpiexec`` starts the processes on
+    the listed machines: MPICH's reads ``$PBS_NODEFILE`` itself and reaches the other machines
+    by ssh (password-less between a job's nodes, as PBS sites set up); on HPE Cray machines
+    ``mpiexec`` (PALS) gets them from PBS. The job is one of two forms:
+
+    * ``launcher="mpiexec"``, no torchrun: ``mpiexec -n TOTAL --ppn PER_NODE python SCRIPT``.
+      Each process finds its rank, world size and local rank in mpiexec's variables
+      (``PMI_RANK``, ``PMI_SIZE``, and ``MPI_LOCALRANKID`` from MPICH or ``PMI_LOCAL_RANK``
+      on Cray machines), so the script maps them itself, as the lessons' scripts do;
+      ``MASTER_ADDR`` and ``MASTER_PORT``, exported by the job, say where rank 0 serves the
+      group's store. Nothing restarts a failed process (``max_restarts`` must be 0).
+    * ``launcher="torchrun"``: ``mpiexec -n NODES --ppn 1 torchrun ...``, one torchrun agent
+      per machine running :func:`slurm_script`'s command. Its workers inherit mpiexec's
+      variables as well (there ``PMI_RANK`` is the machine's index), so a script that maps
+      them must prefer torchrun's ``RANK``.
+
+    The text is checked here and its body runs with MPICH's ``mpiexec`` on one machine that
+    plays the nodes (``tests/test_pbs.py``). Only a real PBS server checks, at ``qsub``, what
+    is site-specific: that the queue exists and admits this many nodes for this long, that the
+    account exists and has allocation left, that the chunk's resources exist on its nodes
+    (``ngpus`` is defined by each site, and sites add their own, such as ``system=polaris``),
+    and which file systems it knows (``filesystems`` is ALCF's resource: required there,
+    unknown elsewhere).
+
+    Args:
+        script: the training script, relative to ``workdir`` (a folder all nodes see).
+        nodes: machines to allocate (chunks, one per machine).
+        gpus_per_node: GPUs per machine; 0 for a CPU job (then no ``ngpus`` is asked for).
+        cpus_per_node: CPU cores per machine, shared by its processes (data loading, Gloo).
+        launcher: ``"mpiexec"`` starts every process; ``"torchrun"`` one torchrun per machine.
+        nproc_per_node: processes per machine; ``None``: one per GPU, or 1 on CPUs.
+        args: the script's own arguments.
+        job_name: the name ``qstat`` shows; the log is ``NAME.oNUMBER``.
+        walltime: wall-time limit, ``[[hours:]minutes:]seconds``, e.g. ``"00:30:00"``.
+        port: on the first machine, the group's store (mpiexec) or the rendezvous (torchrun).
+        queue: the PBS queue (``-q``); ``None``: the server's default.
+        account: the project whose allocation is charged (``-A``); ``None``: the user's default.
+        filesystems: the file systems the job needs (ALCF's ``-l filesystems``, e.g.
+            ``["home", "eagle"]``); empty: none asked for.
+        max_restarts: how often torchrun restarts the workers after a failure (torchrun only).
+        workdir: the job's working folder; ``None``: the folder ``qsub`` is run from.
+    """
+    check_int("nodes", nodes, low=1)
+    check_int("gpus_per_node", gpus_per_node, low=0)
+    check_int("cpus_per_node", cpus_per_node, low=1)
+    nproc = _nproc_for(nproc_per_node, gpus_per_node)
+    check_port(port)
+    check_int("max_restarts", max_restarts, low=0)
+    if launcher not in PBS_LAUNCHERS:
+        raise ValueError(f"launcher must be one of {PBS_LAUNCHERS}, got {launcher!r}")
+    if launcher == "mpiexec" and max_restarts:
+        raise ValueError("max_restarts needs launcher='torchrun': mpiexec restarts nothing")
+    _check_script(script)
+    _check_words(queue=queue, account=account, workdir=workdir)
+    if not isinstance(job_name, str) or not _PBS_JOB_NAME.fullmatch(job_name):
+        raise ValueError(f"job_name must start with a letter or digit, with no spaces and at "
+                         f"most 236 characters (qsub -N), got {job_name!r}")
+    if not isinstance(walltime, str) or not _PBS_TIME.fullmatch(walltime):
+        raise ValueError(f"walltime must be PBS's [[hours:]minutes:]seconds, e.g. "
+                         f"'00:30:00', got {walltime!r}")
+    if isinstance(filesystems, str) or not all(
+            isinstance(fs, str) and _PBS_FILESYSTEM.fullmatch(fs) for fs in filesystems):
+        raise ValueError(f"filesystems must be a list of file system names, e.g. "
+                         f"['home', 'eagle'], got {filesystems!r}")
+
+    world = nodes * nproc
+    per_node = nproc if launcher == "mpiexec" else 1  # the processes mpiexec starts on each
+    chunk = ":".join([f"ncpus={cpus_per_node}",
+                      *([f"ngpus={gpus_per_node}"] if gpus_per_node else []),
+                      f"mpiprocs={per_node}"])
+    directives = [
+        (f"-N {job_name}", "the name qstat shows; the log is NAME.oNUMBER"),
+        (f"-l select={nodes}:{chunk}",
+         f"{nodes} machine(s), each: {cpus_per_node} CPU cores"
+         + (f", {gpus_per_node} GPUs" if gpus_per_node else "")
+         + (f", {per_node} process(es) for mpiexec to start" if launcher == "mpiexec"
+            else ", 1 process for mpiexec to start: torchrun")),
+        ("-l place=scatter", "each chunk on a machine of its own"),
+        (f"-l walltime={walltime}", "wall-time limit: PBS stops the job after it"),
+        *([(f"-q {queue}", "the queue to wait in")] if queue else []),
+        *([(f"-A {account}", "the project whose allocation is charged")] if account else []),
+        *([(f"-l filesystems={':'.join(filesystems)}",
+            "the file systems the job reads and writes, mounted on every node")]
+          if filesystems else []),
+        ("-j oe", "errors into the output: one log file"),
+        ("-V", "the job gets the environment qsub is run from: activate the Python "
+               "environment first"),
+    ]
+    lines = [
+        "#!/bin/bash",
+        f"# {os.fspath(script)} on {nodes} node(s) x {nproc} process(es) = {world} "
+        f"process(es), started by {launcher}.",
+        "# Submit with `qsub FILE`; follow with `qstat -u $USER` and the log file NAME.oNUMBER,",
+        "# written to the folder qsub was run from. The line above each #PBS says what it asks.",
+        *(line for directive, why in directives for line in (f"# {why}", f"#PBS {directive}")),
+        "",
+        "set -euo pipefail  # stop at the first failing command",
+        "",
+        *([f"cd {_shell_word(os.fspath(workdir))}  # the working folder, on a file system "
+           "every node sees"] if workdir else
+          ['cd "$PBS_O_WORKDIR"  # PBS starts in the home folder: work where qsub was run']),
+        "",
+        "# $PBS_NODEFILE lists the job's machines, one line per process that mpiexec starts,",
+        "# the machine running this script first: it hosts the "
+        + ("group's store." if launcher == "mpiexec" else "rendezvous."),
+        'HEAD_NODE=$(head -n 1 "$PBS_NODEFILE")',
+        f'echo "job $PBS_JOBID on $(uniq "$PBS_NODEFILE" | paste -sd " " -); '
+        f'{"store" if launcher == "mpiexec" else "rendezvous"} at $HEAD_NODE:{port}"',
+        "",
+        *(_pbs_mpiexec_lines(script, nodes=nodes, nproc=nproc, port=port, args=args)
+          if launcher == "mpiexec" else
+          _pbs_torchrun_lines(script, nodes=nodes, nproc=nproc, port=port, args=args,
+                              max_restarts=max_restarts)),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _pbs_mpiexec_lines(script, *, nodes: int, nproc: int, port: int,
+                       args: Sequence[str | int | float]) -> list[str]:
+    """mpiexec starts every process; the script maps mpiexec's variables onto torch's."""
+    words = ["mpiexec", "-n", str(nodes * nproc), "--ppn", str(nproc),
+             "python", os.fspath(script), *torchrun.script_args(args)]
+    return [
+        f"# mpiexec starts {nproc} process(es) on each machine and tells each its rank in its",
+        "# own variables (PMI_RANK, PMI_SIZE, a local rank), which the script maps onto",
+        "# torch's. Rank 0 serves the group's store at MASTER_ADDR:MASTER_PORT. mpiexec hands",
+        "# this environment to every process, on every machine.",
+        f"export MASTER_ADDR={HEAD_NODE} MASTER_PORT={port}",
+        " ".join(_shell_word(word) for word in words),
+    ]
+
+
+def _pbs_torchrun_lines(script, *, nodes: int, nproc: int, port: int,
+                        args: Sequence[str | int | float], max_restarts: int) -> list[str]:
+    """One torchrun per machine, started by mpiexec: the Slurm script's command."""
+    command = torchrun_command(script, nnodes=nodes, nproc_per_node=nproc,
+                               rdzv_endpoint=f"{HEAD_NODE}:{port}", args=args,
+                               rdzv_id=PBS_JOB_ID, max_restarts=max_restarts)
+    return [
+        "# mpiexec starts one torchrun per machine (--ppn 1), the same command on each; torchrun",
+        "# starts the machine's processes and sets RANK, LOCAL_RANK, ... for them (they also see",
+        "# mpiexec's PMI_RANK, the machine's index: a script that reads both prefers RANK).",
+        "# The job id names the rendezvous, so another job on the same nodes never joins it.",
+        *(_restart_lines() if max_restarts else []),
+        f"mpiexec -n {nodes} --ppn 1 {_continued(command)}",
+    ]
 
 
 def pytorchjob_manifest(
@@ -310,6 +486,14 @@ def ssh_commands(
         prefix += "".join(f"{k}={v} " for k, v in OWN_STORE_ENV.items())
     return [f"ssh {host} {shlex.quote(prefix + shlex.join(command))}"
             for host, command in zip(hosts, commands, strict=True)]
+
+
+def _check_words(**values: str | os.PathLike | None) -> None:
+    """Each value (if given) is one word: a job file's directives and commands split on spaces."""
+    for name, value in values.items():
+        if value is not None and (not isinstance(value, (str, os.PathLike))
+                                  or not os.fspath(value) or re.search(r"\s", os.fspath(value))):
+            raise ValueError(f"{name} must be a non-empty string without spaces, got {value!r}")
 
 
 def _restart_lines() -> list[str]:

@@ -24,6 +24,17 @@ def slurm_command(script_text: str) -> list[str]:
     return shlex.split(line)[1:]
 
 
+def pbs_directives(script_text: str) -> list[str]:
+    return re.findall(r"^#PBS (.+)$", script_text, flags=re.MULTILINE)
+
+
+def pbs_command(script_text: str) -> list[str]:
+    """The words of the ``mpiexec`` line, as bash will split them (variables left unexpanded)."""
+    joined = script_text.replace("\\\n", " ")
+    (line,) = [line for line in joined.splitlines() if line.startswith("mpiexec ")]
+    return shlex.split(line)
+
+
 def manifest_command(manifest: dict, replica: str) -> list[str]:
     (container,) = manifest["spec"]["pytorchReplicaSpecs"][replica]["template"]["spec"][
         "containers"]
@@ -103,6 +114,96 @@ def test_slurm_script_rejects_bad_arguments(kwargs, message):
     given = {"nodes": 2, "gpus_per_node": 4, "cpus_per_task": 8, **kwargs}
     with pytest.raises(ValueError, match=message):
         cluster.slurm_script("train.py", **given)
+
+
+def test_pbs_script_mpiexec_form_starts_every_process_and_passes_bash_syntax(tmp_path):
+    text = cluster.pbs_script("train.py", nodes=2, gpus_per_node=4, cpus_per_node=32,
+                              args=ARGS, queue="debug", account="MyProject",
+                              filesystems=["home", "eagle"], port=29400)
+    assert pbs_directives(text) == [
+        "-N ddp-workshop", "-l select=2:ncpus=32:ngpus=4:mpiprocs=4", "-l place=scatter",
+        "-l walltime=00:30:00", "-q debug", "-A MyProject", "-l filesystems=home:eagle",
+        "-j oe", "-V"]
+    assert 'cd "$PBS_O_WORKDIR"' in text
+    assert 'HEAD_NODE=$(head -n 1 "$PBS_NODEFILE")' in text
+    assert "export MASTER_ADDR=$HEAD_NODE MASTER_PORT=29400" in text
+    assert pbs_command(text) == ["mpiexec", "-n", "8", "--ppn", "4", "python", "train.py",
+                                 "--epochs", "3", "--lr", "0.1"]
+    assert "torchrun" not in text
+    path = tmp_path / "job.pbs"
+    path.write_text(text)
+    subprocess.run(["bash", "-n", str(path)], check=True, capture_output=True)
+
+
+def test_pbs_script_directives_come_before_the_first_command():
+    """qsub reads #PBS lines only up to the first command; comments may come between."""
+    text = cluster.pbs_script("train.py", nodes=1, gpus_per_node=0, cpus_per_node=4)
+    lines = text.splitlines()
+    first_command = next(i for i, line in enumerate(lines)
+                         if line.strip() and not line.startswith("#"))
+    assert all(not line.startswith("#PBS") for line in lines[first_command:])
+    assert len(pbs_directives("\n".join(lines[:first_command]))) == 6
+
+
+def test_pbs_script_torchrun_form_runs_the_slurm_command_once_per_node(tmp_path):
+    text = cluster.pbs_script("train.py", nodes=3, gpus_per_node=4, cpus_per_node=16,
+                              args=ARGS, launcher="torchrun", port=29400,
+                              workdir="/eagle/course")
+    assert "-l select=3:ncpus=16:ngpus=4:mpiprocs=1" in pbs_directives(text)
+    assert "cd /eagle/course" in text and "PBS_O_WORKDIR" not in text
+    assert 'HEAD_NODE=$(head -n 1 "$PBS_NODEFILE")' in text
+    mpiexec, command = pbs_command(text)[:5], pbs_command(text)[5:]
+    assert mpiexec == ["mpiexec", "-n", "3", "--ppn", "1"]
+    assert command == cluster.torchrun_command(
+        "train.py", nnodes=3, nproc_per_node=4, rdzv_endpoint="$HEAD_NODE:29400",
+        rdzv_id="$PBS_JOBID", args=ARGS)
+    slurm = slurm_command(cluster.slurm_script("train.py", nodes=3, gpus_per_node=4,
+                                               cpus_per_task=16, args=ARGS, port=29400))
+    # The Slurm script's command; only the job id that names the rendezvous differs.
+    assert [(p, s) for p, s in zip(command, slurm, strict=True) if p != s] == [
+        ("--rdzv-id=$PBS_JOBID", "--rdzv-id=$SLURM_JOB_ID")]
+    assert "MASTER_ADDR" not in text  # torchrun sets it for its workers
+    path = tmp_path / "job.pbs"
+    path.write_text(text)
+    subprocess.run(["bash", "-n", str(path)], check=True, capture_output=True)
+
+
+def test_pbs_script_for_cpus_leaves_out_gpus_queue_and_account():
+    text = cluster.pbs_script("train.py", nodes=2, gpus_per_node=0, cpus_per_node=8)
+    assert pbs_directives(text) == ["-N ddp-workshop", "-l select=2:ncpus=8:mpiprocs=1",
+                                    "-l place=scatter", "-l walltime=00:30:00", "-j oe", "-V"]
+    assert pbs_command(text)[:5] == ["mpiexec", "-n", "2", "--ppn", "1"]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"nodes": 0}, "nodes must be an integer >= 1"),
+    ({"gpus_per_node": -1}, "gpus_per_node"),
+    ({"cpus_per_node": 0}, "cpus_per_node"),
+    ({"nproc_per_node": 8}, "each process needs a GPU"),
+    ({"launcher": "srun"}, "launcher must be one of"),
+    ({"max_restarts": 2}, "launcher='torchrun'"),
+    ({"launcher": "torchrun", "max_restarts": -1}, "max_restarts"),
+    ({"walltime": "half an hour"}, "walltime"),
+    ({"walltime": "1-00:00:00"}, "walltime"),  # Slurm's days are not PBS's
+    ({"port": 0}, "port"),
+    ({"job_name": "my job"}, "job_name"),
+    ({"job_name": "-job"}, "job_name"),
+    ({"queue": "debug queue"}, "queue"),
+    ({"account": ""}, "account"),
+    ({"filesystems": "home:eagle"}, "filesystems"),
+    ({"filesystems": ["home", "ea gle"]}, "filesystems"),
+    ({"workdir": "/my folder"}, "workdir"),
+    ({"args": "--epochs 3"}, "list of arguments"),
+])
+def test_pbs_script_rejects_bad_arguments(kwargs, message):
+    given = {"nodes": 2, "gpus_per_node": 4, "cpus_per_node": 8, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        cluster.pbs_script("train.py", **given)
+
+
+def test_pbs_script_rejects_a_script_it_cannot_run():
+    with pytest.raises(ValueError, match="Python file"):
+        cluster.pbs_script("train", nodes=1, gpus_per_node=0, cpus_per_node=1)
 
 
 def test_pytorchjob_matches_the_schema_and_runs_the_slurm_command():
@@ -220,6 +321,10 @@ def test_jobs_with_restarts_give_every_attempt_its_own_store():
     assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in plain
     assert "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in elastic
     assert elastic.index("export TORCH_DISABLE") < elastic.index("srun torchrun")
+    pbs = cluster.pbs_script("train.py", nodes=2, gpus_per_node=0, cpus_per_node=2,
+                             launcher="torchrun", max_restarts=3)
+    assert "--max-restarts=3" in pbs_command(pbs)
+    assert pbs.index("export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1") < pbs.index("\nmpiexec ")
 
     manifest = cluster.pytorchjob_manifest("train.py", nodes=2, gpus_per_node=0,
                                            cpus_per_node=2, image="img", max_restarts=1)
