@@ -6,7 +6,10 @@ Debian's Chromium (never a downloaded browser) headless. For each notebook the t
 Run > Run All Cells, waits for the kernel, and checks what a person would look at: no cell shows
 an error, every widget renders, launch cells show per-rank output, figures appear. It also moves
 lesson 03's ring stepper with the keyboard, and stops a running launch with the toolbar's stop
-button. Screenshots go to build/screenshots/.
+button. In the learners' edition (served as ``make lab-exercises`` does) it does lesson 05's first
+exercise as its stub says, the likely mistake first: the check run without the launch must say
+what to do, the launch must show progress while it runs, the check must then find what the
+exercise expects. Screenshots go to build/screenshots/.
 
 ``make test`` drives a representative set: lesson 03 (widgets: the ring stepper; figures; a
 launch with live per-rank output) and the stop button (a launch with live output, interrupted).
@@ -17,6 +20,8 @@ test-browser``. In ``make test`` nbval executes every notebook that the browser 
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import secrets
 import shutil
@@ -30,6 +35,8 @@ from pathlib import Path
 import nbformat
 import pytest
 from conftest import processes_mentioning, wait_until_gone
+
+from workshop import exercises
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path(os.environ.get("DDP_WORKSHOP_CHROMIUM", "/usr/bin/chromium"))
@@ -50,14 +57,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    """A JupyterLab server on a copy of the notebooks; stopped, with all it started, at the end."""
-    home = tmp_path_factory.mktemp("lab")
-    root = home / "notebooks"
-    root.mkdir()
-    for notebook in NOTEBOOKS:
-        shutil.copy(notebook, root)
+@contextlib.contextmanager
+def jupyterlab(home: Path, root: Path):
+    """A JupyterLab server on the notebooks in root, its settings and state under home; stopped,
+    with all it started, at the end."""
     # Render every cell (JupyterLab otherwise renders only the cells in view), so that the
     # checks below see what a person scrolling through the notebook would see.
     settings = home / "settings" / "@jupyterlab" / "notebook-extension"
@@ -104,6 +107,27 @@ def lab(tmp_path_factory):
         # Kernels (their connection files are under home) and anything started from the copy.
         for p in wait_until_gone(str(home), within=10):
             p.kill()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """The course: a server on a copy of the notebooks."""
+    home = tmp_path_factory.mktemp("lab")
+    root = home / "notebooks"
+    root.mkdir()
+    for notebook in NOTEBOOKS:
+        shutil.copy(notebook, root)
+    with jupyterlab(home, root) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def exercises_lab(tmp_path_factory):
+    """The learners' edition, built and served as make lab-exercises does."""
+    home = tmp_path_factory.mktemp("exercises")
+    exercises.build(home)
+    with jupyterlab(home, home / "notebooks") as served:
+        yield served
 
 
 @pytest.fixture(scope="module")
@@ -292,5 +316,192 @@ def test_stop_button_stops_a_running_launch(browser, lab):
         assert wait_until_gone(script, within=10) == []
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SCREENSHOTS / "interrupted_launch.png"), full_page=True)
+    finally:
+        close(page)
+
+
+SILENCE_S = 5.0  # the longest a running launch cell may show nothing new
+
+
+def cell_index(page, text: str) -> int:
+    """The index of the one code cell, other than an exercise's stub, that contains ``text``."""
+    found = page.evaluate("""(text) => window.jupyterapp.shell.currentWidget.content.widgets
+        .map((c, i) => [c, i])
+        .filter(([c]) => c.model.type === 'code' &&
+                         !(c.model.getMetadata('tags') || []).includes('exercise-stub') &&
+                         c.model.sharedModel.getSource().includes(text))
+        .map(([, i]) => i)""", text)
+    assert len(found) == 1, f"{len(found)} cells contain {text!r}"
+    return found[0]
+
+
+def cell_source(page, index: int) -> str:
+    return page.evaluate(
+        "(i) => window.jupyterapp.shell.currentWidget.content.widgets[i].model.sharedModel"
+        ".getSource()", index)
+
+
+def cell(page, index: int):
+    return page.locator(".jp-Notebook .jp-Cell").nth(index)
+
+
+def edit_at_line(page, index: int, line: int) -> None:
+    """Click into cell ``index``'s editor and put the cursor at the start of ``line``."""
+    cell(page, index).locator(".jp-InputPrompt").first.click()
+    page.keyboard.press("Enter")  # edit mode
+    page.evaluate("""([i, line]) => {
+        const editor = window.jupyterapp.shell.currentWidget.content.widgets[i].editor;
+        editor.setCursorPosition({line, column: 0});
+        editor.revealPosition({line, column: 0});
+        editor.focus();
+    }""", [index, line])
+
+
+def start_cell(page, index: int) -> int | None:
+    """Select cell ``index`` and run it alone (Ctrl+Enter), as a person would; returns the
+    execution count it had, for ``wait_for_cell``."""
+    before = page.evaluate(
+        "(i) => window.jupyterapp.shell.currentWidget.content.widgets[i].model.executionCount",
+        index)
+    cell(page, index).locator(".jp-InputPrompt").first.click()
+    page.keyboard.press("Control+Enter")
+    return before
+
+
+def wait_for_cell(page, index: int, before: int | None, timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        count, prompt = page.evaluate("""(i) => {
+            const c = window.jupyterapp.shell.currentWidget.content.widgets[i];
+            return [c.model.executionCount, c.promptNode.textContent];
+        }""", index)
+        if count not in (None, before) and "*" not in prompt and kernel_status(page) == "idle":
+            return
+        assert time.monotonic() < deadline, f"cell {index} still running"
+        time.sleep(0.3)
+
+
+def run_cell(page, index: int) -> None:
+    wait_for_cell(page, index, start_cell(page, index))
+
+
+def cell_output(page, index: int) -> str:
+    page.wait_for_timeout(300)  # let the last output render
+    return cell(page, index).locator(".jp-OutputArea").inner_text()
+
+
+def screenshot(page, index: int, name: str) -> None:
+    cell(page, index).scroll_into_view_if_needed()
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / name))
+
+
+def start_watching(page, index: int) -> None:
+    """Sample cell ``index``'s output text every 0.5 s in the page, by the browser's clock."""
+    page.evaluate("""(i) => {
+        const c = window.jupyterapp.shell.currentWidget.content.widgets[i];
+        const watch = {ticks: [], changes: [], last: null, start: performance.now()};
+        const sample = () => {
+            const now = (performance.now() - watch.start) / 1000;
+            const running = c.promptNode.textContent.includes('*');
+            const text = c.outputArea.node.innerText.trim();
+            watch.ticks.push([now, running]);
+            if (text !== watch.last) {
+                watch.changes.push([now, text.slice(0, 200)]);
+                watch.last = text;
+            }
+        };
+        sample();  // before the cell starts: its previous output is no sign of progress
+        watch.timer = setInterval(sample, 500);
+        window.watchedOutput = watch;
+    }""", index)
+
+
+def stop_watching(page) -> tuple[list[tuple[float, bool]], list[tuple[float, str]]]:
+    """(time, running) of each sample and (time, text) of each change since start_watching."""
+    return tuple(page.evaluate("""() => {
+        const watch = window.watchedOutput;
+        clearInterval(watch.timer);
+        return [watch.ticks, watch.changes];
+    }"""))
+
+
+def silences(ticks, changes) -> list[tuple[float, float]]:
+    """(from, to) of each stretch longer than SILENCE_S in which the running cell showed nothing
+    new: from the cell's start to its first output, and between two changes of its output."""
+    running = [t for t, is_running in ticks if is_running]
+    assert running, "the cell was never seen running"
+    start, end = running[0], running[-1]
+    shown = [t for t, text in changes if start <= t <= end and text]
+    marks = [start, *shown, end]
+    return [(a, b) for a, b in itertools.pairwise(marks) if b - a > SILENCE_S]
+
+
+@pytest.mark.sweep
+@pytest.mark.timeout(900)
+def test_learners_edition_exercise_done_wrong_then_right(browser, exercises_lab):
+    """Lesson 05's exercise 1 in the learners' edition, done as its stub says, wrong first:
+    the script edited and run, then the check without the launch; then the launch, whose check
+    fails as the exercise expects; then the line put back and all three cells run again."""
+    page = open_notebook(browser, exercises_lab, "05_ddp.ipynb")
+    try:
+        run_all_cells(page)
+        wait_until_all_cells_ran(page, NOTEBOOK_TIMEOUT_S)
+        assert error_outputs(page) == []
+        # The cells the stub names, found by the words it names them with.
+        named = ("%%write_script train_ddp.py", "ddp_run = ddp_lib.launch(",
+                 "ddp_run.require_current()")
+        stub = page.evaluate("""() => window.jupyterapp.shell.currentWidget.content.widgets
+            .map(c => c.model.sharedModel.getSource())
+            .find(source => source.startsWith('# Exercise 1:'))""")
+        assert all(f"`{words}" in stub for words in named), stub
+        script, launch, check = (cell_index(page, words) for words in named)
+
+        original = cell_source(page, script)
+        line = next(text for text in original.split("\n") if "sampler.set_epoch(epoch)" in text)
+        line_no = original.split("\n").index(line)
+        edit_at_line(page, script, line_no)
+        page.keyboard.press("Shift+ArrowDown")  # the whole line, its end of line included
+        page.keyboard.press("Backspace")
+        assert cell_source(page, script) == original.replace(line + "\n", "")
+        run_cell(page, script)
+
+        # Wrong: the check without the launch. It reads the run of the script before the edit.
+        run_cell(page, check)
+        stale = cell_output(page, check)
+        screenshot(page, check, "05_exercise1_stale_result.png")
+        assert "StaleResult" in stale and "Re-run the launch cell" in stale, stale
+        for frame in ("ddp_lib/", "supervise.py", "launch_result.py"):
+            assert frame not in stale, f"the message comes without ddp_lib's frames:\n{stale}"
+
+        # Right: the launch, watched while it runs, then the check, which fails as expected.
+        cell(page, launch).scroll_into_view_if_needed()
+        start_watching(page, launch)
+        before = start_cell(page, launch)
+        page.wait_for_timeout(4000)
+        screenshot(page, launch, "05_exercise1_launch_running.png")
+        wait_for_cell(page, launch, before)
+        ticks, changes = stop_watching(page)
+        late = [b - a for (a, _), (b, _) in itertools.pairwise(ticks) if b - a > 2]
+        assert [text for _, text in changes[1:] if text], "the launch cell showed nothing"
+        assert silences(ticks, changes) == [], (
+            f"a launch showed nothing new for over {SILENCE_S:g} s; output changes (s, text): "
+            f"{changes}" + (f"; the page itself was starved (samples {late} s apart, not 0.5)"
+                            if late else ""))
+        run_cell(page, check)
+        wrong = cell_output(page, check)
+        screenshot(page, check, "05_exercise1_check_fails.png")
+        assert "DDP took other steps than one process" in wrong, wrong
+        assert "StaleResult" not in wrong
+
+        # The line put back, the three cells again: the check passes.
+        edit_at_line(page, script, line_no)
+        page.keyboard.insert_text(line + "\n")
+        assert cell_source(page, script) == original
+        for index in (script, launch, check):
+            run_cell(page, index)
+        passed = cell_output(page, check)
+        screenshot(page, check, "05_exercise1_check_passes.png")
+        assert "Error" not in passed and "largest per-step loss difference" in passed, passed
     finally:
         close(page)
