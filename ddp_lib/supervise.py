@@ -392,10 +392,9 @@ class _Echo:
                 and now - self.waiting_said >= max(self.SILENCE_S, silent / 2):
             self.waiting_said = now
             left = max(0.0, self.deadline - now)
-            doing = ("the ranks are starting (importing torch, meeting at the rendezvous)"
-                     if not self.rank_lines else "no line from the ranks: still waiting")
-            self.note(f"{silent:.0f} s, {doing}; the launch is stopped at its timeout, "
-                      f"{self.timeout:g} s, in {left:.0f} s")
+            starting = "" if self.rank_lines else " (starting takes seconds: each imports torch)"
+            self.note(f"{silent:.0f} s without a line from the ranks{starting}; waiting up to "
+                      f"the timeout, {self.timeout:g} s ({left:.0f} s left)")
 
     def stopping(self) -> None:
         """From now on torchrun only reports being stopped: keep that out of the cell."""
@@ -432,5 +431,7 @@ def _progress_bar(script: Path):
     """
     from tqdm.auto import tqdm
 
-    return tqdm(desc=script.name, unit=" lines", disable=False, mininterval=0.5,
-                bar_format="{desc}: {n_fmt}{unit} from the ranks [{elapsed}]{postfix}")
+    bar = tqdm(desc=script.name, unit=" lines", disable=False, mininterval=0.5,
+               bar_format="{desc}: {n_fmt}{unit} from the ranks [{elapsed}]{postfix}")
+    bar.set_postfix_str("starting: each rank imports torch", refresh=False)
+    return bar
