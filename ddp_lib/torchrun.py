@@ -107,7 +107,8 @@ def arguments(script: str | os.PathLike, **options: Any) -> list[str]:
 def supervision(log_dir: Path) -> dict[str, str]:
     """What a notebook's launch adds to ``command``, as torchrun's environment variables.
 
-    torchrun reads each of its options from ``PET_<OPTION>`` when the command line lacks it: here
+    torchrun reads almost every option (each with argparse action ``env``, torch 2.4 to 2.14)
+    from ``PET_<OPTION>`` when the command line lacks it: here
     it writes each worker's output to ``log_dir`` and copies it to its own (``--tee=3``), each
     line labelled ``[rankN]: `` so that the notebook can tell the ranks apart. Given this way,
     they stay off the command the notebook prints.

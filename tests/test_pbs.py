@@ -114,15 +114,22 @@ def reports(output: str) -> dict[int, dict[str, str]]:
             for m in re.finditer(r"^rank=(\d+) (.*)$", output, flags=re.MULTILINE)}
 
 
-@pytest.mark.sweep
-def test_mpiexec_form_starts_every_process_and_the_script_maps_its_rank(workdir: Path):
+def submit(workdir: Path, launcher: str, per_node: int) -> tuple[int, subprocess.CompletedProcess]:
+    """Write the test's job and its PBS script on two machines, run it as PBS would; it must
+    succeed. Returns the script's port and the run."""
     (workdir / "job.py").write_text(JOB)
     port, = free_ports(1)
     batch = workdir / "job.pbs"
     batch.write_text(cluster.pbs_script("job.py", nodes=2, gpus_per_node=0, cpus_per_node=2,
-                                        nproc_per_node=2, port=port, launcher="mpiexec"))
-    done = run_as_pbs(batch, workdir, per_node=2)
+                                        nproc_per_node=per_node, port=port, launcher=launcher))
+    done = run_as_pbs(batch, workdir, per_node=per_node)
     assert done.returncode == 0, done.stdout + done.stderr
+    return port, done
+
+
+@pytest.mark.sweep
+def test_mpiexec_form_starts_every_process_and_the_script_maps_its_rank(workdir: Path):
+    port, done = submit(workdir, "mpiexec", per_node=2)
 
     assert f"store at localhost:{port}" in done.stdout
     ranks = reports(done.stdout)
@@ -136,13 +143,7 @@ def test_mpiexec_form_starts_every_process_and_the_script_maps_its_rank(workdir:
 
 @pytest.mark.sweep
 def test_torchrun_form_starts_one_agent_per_node(workdir: Path):
-    (workdir / "job.py").write_text(JOB)
-    port, = free_ports(1)
-    batch = workdir / "job.pbs"
-    batch.write_text(cluster.pbs_script("job.py", nodes=2, gpus_per_node=0, cpus_per_node=2,
-                                        nproc_per_node=1, port=port, launcher="torchrun"))
-    done = run_as_pbs(batch, workdir, per_node=1)
-    assert done.returncode == 0, done.stdout + done.stderr
+    port, done = submit(workdir, "torchrun", per_node=1)
 
     assert f"rendezvous at localhost:{port}" in done.stdout
     ranks = reports(done.stdout)
