@@ -11,10 +11,16 @@ machine* (no node rank to hand out), so a Slurm batch script, a PBS batch script
 * Kubernetes: ``$(MASTER_ADDR)``, which the Kubeflow training operator sets in every pod;
 * SSH: the first host you list.
 
+Kubeflow Trainer v2's ``TrainJob`` (the training operator's successor) runs the same script
+with a plain ``torchrun`` and no options at all: its ``torch-distributed`` runtime puts every
+option in the pod's environment (``PET_NNODES``, ``PET_NODE_RANK``, ``PET_MASTER_ADDR``, ...),
+where ``torchrun`` reads what it is not given.
+
 A PBS script can also leave torchrun out, as HPC centres' courses do: ``mpiexec`` starts every
 process itself and the script reads its rank where ``mpiexec`` puts it.
 
-This module writes those files as text (or a ``dict`` for Kubernetes); it runs nothing.
+This module writes those files as text (or a ``dict`` for Kubernetes: ``PyTorchJob``,
+``TrainJob``); it runs nothing.
 """
 
 from __future__ import annotations
@@ -32,13 +38,15 @@ from ddp_lib.torchrun import HOST, OWN_STORE_ENV, VARIABLE, check_int, check_por
 
 PYTORCH_CONTAINER = "pytorch"  # the training operator finds the training container by this name
 OPERATOR_PORT_NAME = "pytorchjob-port"  # the operator reads MASTER_PORT from the port so named
+TRAINJOB_API = "trainer.kubeflow.org/v1alpha1"  # Kubeflow Trainer v2.0 to v2.3
 K8S_ENDPOINT = "$(MASTER_ADDR):$(MASTER_PORT)"
 HEAD_NODE = "$HEAD_NODE"  # the batch scripts' (Slurm, PBS) variable for the first machine
 SLURM_JOB_ID = "$SLURM_JOB_ID"
 PBS_JOB_ID = "$PBS_JOBID"
 PBS_LAUNCHERS = ("mpiexec", "torchrun")
 
-_K8S_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")  # DNS-1123 label (pod names)
+# An RFC 1035 label: both operators name Services after the job, and a Service's name is one.
+_K8S_NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _SLURM_TIME = re.compile(r"(\d+-)?\d+(:\d{2}){0,2}")
 _PBS_TIME = re.compile(r"\d+(:\d{2}){0,2}")  # [[hours:]minutes:]seconds
 _PBS_JOB_NAME = re.compile(r"[A-Za-z0-9]\S{0,235}")  # qsub(1B), -N
@@ -372,31 +380,22 @@ def pytorchjob_manifest(
         port: the rendezvous port on the master pod.
         max_restarts: how often torchrun restarts the workers after a failure.
     """
-    check_int("nodes", nodes, low=1)
-    check_int("gpus_per_node", gpus_per_node, low=0)
-    check_int("cpus_per_node", cpus_per_node, low=1)
-    nproc = _nproc_for(nproc_per_node, gpus_per_node)
+    nproc = _check_k8s_job(nodes=nodes, gpus_per_node=gpus_per_node,
+                           cpus_per_node=cpus_per_node, nproc_per_node=nproc_per_node,
+                           image=image, name=name)
     check_port(port)
-    if not isinstance(image, str) or not image or re.search(r"\s", image):
-        raise ValueError(f"image must name a container image, e.g. "
-                         f"'pytorch/pytorch:latest', got {image!r}")
-    if not isinstance(name, str) or len(name) > 40 or not _K8S_NAME.fullmatch(name):
-        raise ValueError(f"name must be lower-case letters, digits and '-' (at most 40, "
-                         f"it becomes part of the pods' names), got {name!r}")
-
     command = torchrun_command(script, nnodes=nodes, nproc_per_node=nproc,
                                rdzv_endpoint=K8S_ENDPOINT, args=args, rdzv_id=name,
                                max_restarts=max_restarts)
-    limits: dict[str, int] = {"cpu": cpus_per_node}
-    if gpus_per_node:
-        limits["nvidia.com/gpu"] = gpus_per_node
+    limits = _pod_limits(cpus_per_node=cpus_per_node, gpus_per_node=gpus_per_node)
+
     def replicas(count: int) -> dict[str, Any]:
         container = {
             "name": PYTORCH_CONTAINER,
             "image": image,
             "command": list(command),
             "ports": [{"name": OPERATOR_PORT_NAME, "containerPort": port}],
-            "resources": {"limits": dict(limits)},
+            "resources": {"limits": dict(limits)},  # each replica its own
             **({"env": [{"name": k, "value": v} for k, v in OWN_STORE_ENV.items()]}
                if max_restarts else {}),
             # Processes on one machine exchange data through /dev/shm (DataLoader workers,
@@ -417,6 +416,109 @@ def pytorchjob_manifest(
         "metadata": {"name": name},
         "spec": {"pytorchReplicaSpecs": specs},
     }
+
+
+def trainjob_manifest(
+    script: str | os.PathLike,
+    *,
+    nodes: int,
+    gpus_per_node: int,
+    cpus_per_node: int,
+    image: str,
+    nproc_per_node: int | None = None,
+    args: Sequence[str | int | float] = (),
+    name: str = "ddp-workshop",
+    runtime: str = "torch-distributed",
+) -> dict[str, Any]:
+    """A Kubeflow Trainer v2 ``TrainJob`` (``trainer.kubeflow.org/v1alpha1``) as a ``dict``.
+
+    Kubeflow now recommends Trainer v2 over the training operator's ``PyTorchJob``. A
+    ``TrainJob`` says only what is particular to this job (image, command, nodes, processes,
+    resources) and names a runtime, the ``ClusterTrainingRuntime`` its cluster's administrator
+    installed (``torch-distributed`` is Trainer's own), which holds the pod template; Trainer
+    turns the two into a JobSet with one pod per node. What each field here rests on, from
+    Kubeflow Trainer's sources (v2.0 to v2.3):
+
+    * ``trainer.command`` is the training container's whole command: nothing is put before
+      it, so it runs ``torchrun`` itself, as Kubeflow's own Python SDK does. It gives
+      ``torchrun`` no options: the runtime's torch plugin sets ``PET_NNODES``,
+      ``PET_NPROC_PER_NODE``, ``PET_NODE_RANK`` (the pod's index), ``PET_MASTER_ADDR`` (the
+      first pod) and ``PET_MASTER_PORT`` in every pod, and ``torchrun`` reads each option it
+      is not given from ``PET_<OPTION>``. The rendezvous is therefore ``torchrun``'s
+      ``static`` one; its elastic restarts (``max_restarts``) are left out, as the plugin
+      leaves elastic PyTorch for later. Those five variables are the plugin's: Trainer
+      refuses a ``trainer.env`` that sets one.
+    * ``numProcPerNode`` is always written: the runtime's default, ``auto``, starts one
+      process per CPU core on a pod that asks for no GPU. An integer is what every v2
+      release accepts (``"auto"``, ``"cpu"``, ``"gpu"`` only up to v2.1).
+    * ``resourcesPerNode`` asks for the same limits as the ``PyTorchJob``'s containers.
+    * Nothing about the pod beyond that (volumes such as a larger ``/dev/shm``, node
+      selectors) is written: that belongs to the runtime, or to a patch of it whose field
+      changed name from release to release (``podSpecOverrides``, ``podTemplateOverrides``,
+      ``runtimePatches``).
+
+    Write it with :func:`to_yaml` and submit with ``kubectl apply -f FILE``.
+
+    Args:
+        script: the training script, relative to the image's working folder.
+        nodes: pods (machines), one ``torchrun`` agent each.
+        gpus_per_node: GPUs per pod (``nvidia.com/gpu``); 0 for a CPU job.
+        cpus_per_node: CPU cores per pod.
+        image: a container image with PyTorch, the script and what it imports installed
+            (``ddp_lib`` for the course's scripts); it replaces the runtime's image.
+        nproc_per_node: processes per pod; ``None``: one per GPU, or 1 on CPUs.
+        args: the script's own arguments.
+        name: the job's name; pods are called ``NAME-node-0-0-*``, ``NAME-node-0-1-*``, ...
+        runtime: the ``ClusterTrainingRuntime`` to run in (``kubectl get
+            clustertrainingruntimes`` lists a cluster's).
+    """
+    nproc = _check_k8s_job(nodes=nodes, gpus_per_node=gpus_per_node,
+                           cpus_per_node=cpus_per_node, nproc_per_node=nproc_per_node,
+                           image=image, name=name)
+    if not isinstance(runtime, str) or not _K8S_NAME.fullmatch(runtime):
+        raise ValueError(f"runtime must name a ClusterTrainingRuntime, e.g. "
+                         f"'torch-distributed', got {runtime!r}")
+    _check_script(script)
+    return {
+        "apiVersion": TRAINJOB_API,
+        "kind": "TrainJob",
+        "metadata": {"name": name},
+        "spec": {
+            "runtimeRef": {"name": runtime, "kind": "ClusterTrainingRuntime",
+                           "apiGroup": TRAINJOB_API.split("/")[0]},
+            "trainer": {
+                "image": image,
+                "command": ["torchrun", os.fspath(script), *torchrun.script_args(args)],
+                "numNodes": nodes,
+                "numProcPerNode": nproc,
+                "resourcesPerNode": {
+                    "limits": _pod_limits(cpus_per_node=cpus_per_node,
+                                          gpus_per_node=gpus_per_node)},
+            },
+        },
+    }
+
+
+def _check_k8s_job(*, nodes: int, gpus_per_node: int, cpus_per_node: int,
+                   nproc_per_node: int | None, image: str, name: str) -> int:
+    """What both Kubernetes jobs take; returns the processes per pod."""
+    check_int("nodes", nodes, low=1)
+    check_int("gpus_per_node", gpus_per_node, low=0)
+    check_int("cpus_per_node", cpus_per_node, low=1)
+    nproc = _nproc_for(nproc_per_node, gpus_per_node)
+    if not isinstance(image, str) or not image or re.search(r"\s", image):
+        raise ValueError(f"image must name a container image, e.g. "
+                         f"'pytorch/pytorch:latest', got {image!r}")
+    if not isinstance(name, str) or len(name) > 40 or not _K8S_NAME.fullmatch(name):
+        raise ValueError(f"name must be lower-case letters, digits and '-', starting with a "
+                         f"letter (at most 40: it becomes part of the pods' names), "
+                         f"got {name!r}")
+    return nproc
+
+
+def _pod_limits(*, cpus_per_node: int, gpus_per_node: int) -> dict[str, int]:
+    """A pod's resource limits: its CPU cores, and its GPUs if it has any."""
+    return {"cpu": cpus_per_node, **({"nvidia.com/gpu": gpus_per_node} if gpus_per_node else {})}
 
 
 class _PlainDumper(yaml.SafeDumper):

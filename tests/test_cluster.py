@@ -1,4 +1,4 @@
-"""ddp_lib.cluster: one torchrun command in a Slurm script, a PyTorchJob and SSH commands."""
+"""ddp_lib.cluster: one torchrun command in Slurm and PBS scripts, Kubernetes jobs and SSH."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ import yaml
 
 from ddp_lib import cluster
 
-SCHEMA = yaml.safe_load((Path(__file__).parent / "data" / "pytorchjob_schema.yaml").read_text())
+DATA = Path(__file__).parent / "data"
+SCHEMA = yaml.safe_load((DATA / "pytorchjob_schema.yaml").read_text())
+TRAINJOB_SCHEMA = yaml.safe_load((DATA / "trainjob_schema.yaml").read_text())
 ARGS = ["--epochs", 3, "--lr", 0.1]
 
 
@@ -262,6 +264,7 @@ def test_schema_catches_what_the_operator_would_refuse(change, message):
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"image": ""}, "image"),
     ({"name": "My_Job"}, "name"),
+    ({"name": "1st-job"}, "name"),  # its Services' names must start with a letter
     ({"cpus_per_node": 0}, "cpus_per_node"),
     ({"nodes": 0}, "nodes"),
 ])
@@ -279,6 +282,105 @@ def test_yaml_round_trip_keeps_the_manifest_and_reads_plainly():
     assert text.startswith("apiVersion: kubeflow.org/v1\nkind: PyTorchJob\n")
     assert "&id" not in text and "*id" not in text  # both replicas written out in full
 
+
+def test_trainjob_matches_the_schema_and_asks_for_what_the_pytorchjob_does():
+    manifest = cluster.trainjob_manifest("train.py", nodes=3, gpus_per_node=4, cpus_per_node=16,
+                                         image="pytorch/pytorch:latest", args=ARGS,
+                                         name="resnet")
+    jsonschema.validate(manifest, TRAINJOB_SCHEMA)
+    assert manifest["metadata"] == {"name": "resnet"}
+    assert manifest["spec"]["runtimeRef"] == {
+        "name": "torch-distributed", "kind": "ClusterTrainingRuntime",
+        "apiGroup": "trainer.kubeflow.org"}
+    trainer = manifest["spec"]["trainer"]
+    assert trainer["command"] == ["torchrun", "train.py", "--epochs", "3", "--lr", "0.1"]
+    assert (trainer["numNodes"], trainer["numProcPerNode"]) == (3, 4)
+    pytorchjob = cluster.pytorchjob_manifest("train.py", nodes=3, gpus_per_node=4,
+                                             cpus_per_node=16, image="pytorch/pytorch:latest")
+    (container,) = pytorchjob["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"][
+        "containers"]
+    assert trainer["resourcesPerNode"] == container["resources"] == {
+        "limits": {"cpu": 16, "nvidia.com/gpu": 4}}
+    assert trainer["image"] == container["image"]
+
+
+def test_single_node_cpu_trainjob_runs_one_process_not_one_per_core():
+    manifest = cluster.trainjob_manifest("train.py", nodes=1, gpus_per_node=0, cpus_per_node=8,
+                                         image="python:3.11", runtime="my-runtime")
+    jsonschema.validate(manifest, TRAINJOB_SCHEMA)
+    trainer = manifest["spec"]["trainer"]
+    assert (trainer["numNodes"], trainer["numProcPerNode"]) == (1, 1)  # not the default "auto"
+    assert trainer["resourcesPerNode"] == {"limits": {"cpu": 8}}
+    assert manifest["spec"]["runtimeRef"]["name"] == "my-runtime"
+
+
+def test_torchrun_reads_the_trainjob_options_from_what_the_torch_runtime_sets(monkeypatch):
+    """The TrainJob gives torchrun no options: every pod's PET_ variables (set by Trainer's
+    torch plugin, here those of the second pod) are torchrun's options."""
+    from torch.distributed.run import parse_args
+
+    manifest = cluster.trainjob_manifest("train.py", nodes=2, gpus_per_node=4, cpus_per_node=16,
+                                         image="img", args=ARGS, name="resnet")
+    trainer = manifest["spec"]["trainer"]
+    for name, value in {"PET_NNODES": trainer["numNodes"],
+                        "PET_NPROC_PER_NODE": trainer["numProcPerNode"], "PET_NODE_RANK": 1,
+                        "PET_MASTER_ADDR": "resnet-node-0-0.resnet",
+                        "PET_MASTER_PORT": 29500}.items():
+        monkeypatch.setenv(name, str(value))
+    program, *words = trainer["command"]
+    assert program == "torchrun"
+    options = parse_args(words)
+    assert (options.nnodes, options.nproc_per_node, int(options.node_rank)) == ("2", "4", 1)
+    assert (options.master_addr, int(options.master_port)) == ("resnet-node-0-0.resnet", 29500)
+    assert options.rdzv_backend == "static"  # the runtime's rendezvous: master address and rank
+    assert (options.training_script, options.training_script_args) == (
+        "train.py", ["--epochs", "3", "--lr", "0.1"])
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda m: m["spec"]["trainer"].update(numProcPerNod=4), "'numProcPerNod' was unexpected"),
+    (lambda m: m["spec"].update(runtime=m["spec"].pop("runtimeRef")), "'runtime' was unexpected"),
+    (lambda m: m["spec"]["runtimeRef"].pop("name"), "'name' is a required property"),
+    (lambda m: m["spec"]["trainer"].update(numNodes="2"), "'2' is not of type 'integer'"),
+    # The torch runtime's "auto": a TrainJob's numProcPerNode is an integer since Trainer v2.2.
+    (lambda m: m["spec"]["trainer"].update(numProcPerNode="auto"), "'auto' is not of type"),
+    (lambda m: m["spec"]["trainer"]["resourcesPerNode"]["limits"].update(cpu="lots"), "lots"),
+    (lambda m: m["spec"]["trainer"].update(env=[{"name": "PET_NODE_RANK", "value": "0"}]),
+     "'PET_NODE_RANK' should not be valid"),
+    (lambda m: m["metadata"].update(name="1st-job"), "'1st-job' does not match"),
+    (lambda m: m.update(kind="PyTorchJob"), "'PyTorchJob' is not one of"),
+])
+def test_trainjob_schema_catches_what_trainer_would_refuse(change, message):
+    """The schema check is real: a misspelled field or a wrong type fails it."""
+    manifest = cluster.trainjob_manifest("train.py", nodes=2, gpus_per_node=1, cpus_per_node=4,
+                                         image="img")
+    jsonschema.validate(manifest, TRAINJOB_SCHEMA)
+    change(manifest)
+    with pytest.raises(jsonschema.ValidationError, match=message):
+        jsonschema.validate(manifest, TRAINJOB_SCHEMA)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"image": "my image"}, "image"),
+    ({"name": "1st-job"}, "name"),
+    ({"runtime": "Torch Distributed"}, "runtime"),
+    ({"nproc_per_node": 2}, "each process needs a GPU"),
+    ({"script": "train"}, "Python file"),
+    ({"args": "--epochs 3"}, "list of arguments"),
+])
+def test_trainjob_rejects_bad_arguments(kwargs, message):
+    given = {"script": "train.py", "nodes": 2, "gpus_per_node": 1, "cpus_per_node": 4,
+             "image": "img", **kwargs}
+    with pytest.raises(ValueError, match=message):
+        cluster.trainjob_manifest(given.pop("script"), **given)
+
+
+def test_trainjob_yaml_keeps_the_manifest():
+    manifest = cluster.trainjob_manifest("train.py", nodes=2, gpus_per_node=8, cpus_per_node=32,
+                                         image="img", args=ARGS)
+    text = cluster.to_yaml(manifest)
+    assert yaml.safe_load(text) == manifest
+    assert text.startswith("apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\n")
 
 def test_host_commands_are_the_same_command_on_every_host():
     commands = cluster.host_commands("train.py", hosts=["node1", "node2"], nproc_per_node=4,
