@@ -9,6 +9,15 @@ here, as JSON, and ``read`` gives them back to the launch. So does a command lin
 refused: its argument parser's complaint.
 
 Each agent of a launch writes its own file, in its log folder, which every launch empties first.
+
+mpiexec keeps no such record: after an mpiexec launch, ``record_mpiexec`` writes the same file
+from what there is. Each rank that raised wrote its exception to ``rank<N>.error.json`` (the
+launch's ``sitecustomize``, in ``@record``'s format). When a rank dies of a signal, MPICH's
+mpiexec kills the others and reports the signal ("BAD TERMINATION OF ONE OF YOUR APPLICATION
+PROCESSES ... (signal 11)") but not the rank: its "PID" line names the first process of the
+machine, whichever died, and ``-print-all-exitcodes`` gives the others' SIGKILL too. The rank is
+known only when it printed faulthandler's report ("Fatal Python error", on SIGSEGV, SIGABRT,
+SIGBUS, SIGFPE, SIGILL); a SIGKILL leaves no trace of which rank it hit.
 """
 
 from __future__ import annotations
@@ -16,6 +25,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,8 +39,8 @@ class Failure:
     """One rank's failure, as torchrun's ``ProcessFailure`` gives it."""
 
     rank: int
-    local_rank: int
-    pid: int
+    local_rank: int | None  # None: not known (mpiexec)
+    pid: int | None
     exitcode: int  # negative: killed by that signal
     # torchrun's, to the second: when the rank raised (its error file), else when the agent noticed
     timestamp: int
@@ -53,16 +64,56 @@ def from_torch(rank: int, failure) -> Failure:
     holds the exception and the traceback under ``message``; a bare string is only a message.
     """
     written = os.path.isfile(failure.error_file)
-    message = failure.error_file_data.get("message") if written else None
-    if isinstance(message, dict):
-        message, traceback = message.get("message"), message.get("extraInfo", {}).get(
-            "py_callstack", "")
-    else:
-        traceback = ""
+    message, traceback = _exception(failure.error_file_data if written else {})
     return Failure(rank=rank, local_rank=failure.local_rank, pid=failure.pid,
                    exitcode=failure.exitcode, timestamp=failure.timestamp,
                    message=message, traceback=traceback,
                    raised_at=os.path.getmtime(failure.error_file) if written else None)
+
+
+def _exception(error_file_data: dict) -> tuple[str | None, str]:
+    """The exception and traceback in an error file's content (``@record``'s format holds both
+    under ``message``; a bare string is only a message)."""
+    message = error_file_data.get("message")
+    if isinstance(message, dict):
+        return message.get("message"), message.get("extraInfo", {}).get("py_callstack", "")
+    return message, ""
+
+
+RANK_ERROR_FILE = "rank{rank}.error.json"  # where a rank of an mpiexec launch writes its exception
+_MPICH_SIGNAL = re.compile(r"EXIT STRING: .*\(signal (\d+)\)")
+
+
+def mpiexec_signal(launcher_lines: list[str]) -> int | None:
+    """The signal that killed a rank, from MPICH's report among mpiexec's lines; else ``None``."""
+    found = _MPICH_SIGNAL.search("\n".join(launcher_lines))
+    return int(found.group(1)) if found else None
+
+
+def record_mpiexec(path: str | os.PathLike, rank_errors: Path, launcher_lines: list[str],
+                   crashed: list[int]) -> None:
+    """Write what failed in an mpiexec launch to ``path``, in the form torchrun's are kept.
+
+    Args:
+        path: the file to write (nothing is written when no rank failed).
+        rank_errors: the folder where the ranks wrote their uncaught exceptions.
+        launcher_lines: mpiexec's own output, with MPICH's report of a rank killed by a signal.
+        crashed: the ranks that printed faulthandler's report of a fatal signal.
+    """
+    found = []
+    for error_file in sorted(rank_errors.glob(RANK_ERROR_FILE.format(rank="*"))):
+        rank = int(error_file.name[len("rank"):].split(".")[0])
+        message, traceback = _exception(json.loads(error_file.read_text(encoding="utf-8")))
+        written = error_file.stat().st_mtime
+        found.append(Failure(rank=rank, local_rank=None, pid=None, exitcode=1,  # Python's
+                             timestamp=int(written), message=message, traceback=traceback,
+                             raised_at=written))
+    signal_number = mpiexec_signal(launcher_lines)
+    if signal_number and len(crashed) == 1:
+        found.append(Failure(rank=crashed[0], local_rank=None, pid=None,
+                             exitcode=-signal_number, timestamp=int(time.time())))
+    if found:
+        _write(path, {"failures": [dataclasses.asdict(failure) for failure in found]})
 
 
 def record(path: str | os.PathLike, failed) -> None:

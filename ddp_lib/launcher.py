@@ -15,7 +15,11 @@ on a cluster; ``launch`` and ``launch_nodes`` are the plumbing around it:
   rank and its traceback, :class:`LaunchTimeout`, or :class:`LaunchError` when torchrun itself
   refused to start;
 * :func:`launch_nodes` runs one job as several torchrun agents on this machine, each a
-  simulated node with its own cores (and GPUs), to show a multi-node launch from a notebook.
+  simulated node with its own cores (and GPUs), to show a multi-node launch from a notebook;
+* ``launch(..., launcher="mpiexec")`` starts the ranks with MPICH's ``mpiexec`` instead, as HPC
+  centres do: ``mpiexec -n N python script.py``. The script then finds its rank where mpiexec
+  puts it (lesson 10); the launch gives it ``MASTER_ADDR`` and a free ``MASTER_PORT``, labels
+  each line with its rank, and stops the other ranks when one raises, which mpiexec does not.
 """
 
 from __future__ import annotations
@@ -29,12 +33,15 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Literal
 
 from ddp_lib import failures, hardware, messages, metrics, stacks, supervise, torchrun
 from ddp_lib.launch_result import LaunchError, LaunchResult, LaunchTimeout, RankFailed, digest
 from ddp_lib.supervise import Agent
 
 __all__ = ["launch", "launch_nodes"]
+
+LAUNCHERS = ("torchrun", "mpiexec")
 
 _run_counter = 0
 
@@ -54,6 +61,7 @@ def launch(
     run_dir: str | os.PathLike | None = None,
     stream: bool = True,
     check: bool = True,
+    launcher: Literal["torchrun", "mpiexec"] = "torchrun",
 ) -> LaunchResult:
     """Run ``script`` with ``torchrun`` and wait for it, showing each rank's output live.
 
@@ -61,6 +69,7 @@ def launch(
         script: the Python file to run (written by a notebook cell, or any script).
         args: command-line arguments for the script.
         nproc_per_node: processes on this machine; ``None``: one per GPU, else 2 on the CPU.
+            With ``launcher="mpiexec"``: how many processes ``mpiexec -n`` starts.
         nnodes: number of machines (torchrun agents) taking part.
         rdzv_endpoint: ``host:port`` of the rendezvous; needed when ``nnodes > 1``. ``None``
             on one node: ``--standalone``.
@@ -74,6 +83,10 @@ def launch(
             by default.
         stream: print the output live (``False``: collect it, and show a progress bar).
         check: raise on failure; ``False`` returns the result with its non-zero returncode.
+        launcher: ``"mpiexec"`` starts the processes with MPICH's ``mpiexec -n N python
+            script.py`` (one machine; no torchrun, so no ``nnodes``, endpoint or restarts). The
+            script reads its rank from mpiexec's variables; the launch sets ``MASTER_ADDR``
+            and ``MASTER_PORT`` in their environment.
 
     Returns:
         a :class:`LaunchResult`.
@@ -88,11 +101,23 @@ def launch(
     script = Path(script)
     plan = _check_arguments(script, nproc_per_node, nnodes, rdzv_endpoint, backend,
                             timeout, max_restarts, env)
+    if launcher == "mpiexec":
+        given = {"nnodes": nnodes != 1, "rdzv_endpoint": rdzv_endpoint is not None,
+                 "local_addr": local_addr is not None, "max_restarts": max_restarts != 0}
+        if any(given.values()):
+            named = ", ".join(name for name, set_ in given.items() if set_)
+            raise ValueError(f"launcher='mpiexec' takes no {named}: those are torchrun's "
+                             "(mpiexec here runs on one machine, with no rendezvous or restarts).")
+    elif launcher != "torchrun":
+        raise ValueError(f"launcher must be one of {LAUNCHERS}, got {launcher!r}")
     run_dir, metrics_file = _prepare_run_dir(script, run_dir)
 
     child_env = _child_env(env, backend, metrics_file, max_restarts)
-    agent = _agent(script, args, plan.nproc_per_node, nnodes, rdzv_endpoint, local_addr,
-                   max_restarts, run_dir, "torchrun", child_env)
+    if launcher == "mpiexec":
+        agent = _mpiexec(script, args, plan.nproc_per_node, run_dir, child_env)
+    else:
+        agent = _agent(script, args, plan.nproc_per_node, nnodes, rdzv_endpoint, local_addr,
+                       max_restarts, run_dir, "torchrun", child_env)
     return _run(script, [agent], run_dir, metrics_file, timeout, stream, check)
 
 
@@ -168,6 +193,44 @@ def _agent(script: Path, args: Sequence, nproc_per_node: int, nnodes: int,
                  cores=cores or [], typed=["torchrun", *words])
 
 
+# mpiexec labels each piece of a rank's output as torchrun labels its lines (Hydra's option).
+MPIEXEC_RANK_LABEL = "[rank%r]: "
+MPIEXEC_ENV = ("MASTER_ADDR", "MASTER_PORT")  # shown before the command: they change what it does
+
+
+def _mpiexec(script: Path, args: Sequence, nproc: int, run_dir: Path,
+             env: dict[str, str]) -> Agent:
+    """``mpiexec -n N python script.py``, MPICH's, from the environment this kernel runs in.
+
+    Every rank gets the same environment: where rank 0 serves the group's store
+    (``MASTER_ADDR``, ``MASTER_PORT``: a free port, so two launches cannot collide), and the
+    folder where a rank that raises writes its exception (``worker_site``).
+    """
+    mpiexec = _mpiexec_program()
+    rank_errors = run_dir / "mpiexec"
+    rank_errors.mkdir(parents=True, exist_ok=True)
+    env = {**env, "MASTER_ADDR": env.get("MASTER_ADDR", "127.0.0.1"),
+           "MASTER_PORT": env.get("MASTER_PORT", str(_free_port())),
+           "DDP_WORKSHOP_RANK_ERRORS": str(rank_errors)}
+    # Each rank line-buffers its output instead (worker_site): mpiexec labels every piece it reads.
+    env.pop("PYTHONUNBUFFERED", None)
+    words = [str(script), *torchrun.script_args(args)]
+    return Agent(command=[mpiexec, "-n", str(nproc), "-prepend-pattern", MPIEXEC_RANK_LABEL,
+                          sys.executable, *words],
+                 env=env, typed=["mpiexec", "-n", str(nproc), "python", *words],
+                 workers_below=2, rank_errors=rank_errors)
+
+
+def _mpiexec_program() -> str:
+    """MPICH's mpiexec: the one installed beside this Python (the course's), else on the PATH."""
+    beside = Path(sys.executable).parent / "mpiexec"
+    found = str(beside) if beside.is_file() else shutil.which("mpiexec")
+    if not found:
+        raise FileNotFoundError("No mpiexec here. The course's set-up installs MPICH's "
+                                "(`pip install mpich`, in requirements.txt).")
+    return found
+
+
 def _rdzv_id(script: Path) -> str:
     """The script's name as the job's rendezvous id: the agents of one launch share it, and no
     other launch meets them at the port this one chose."""
@@ -185,6 +248,12 @@ def _run(script: Path, agents: list[Agent], run_dir: Path, metrics_file: Path, t
     outcome = supervise.run(agents, timeout=timeout, stream=stream, script=script,
                             stacks_dir=Path(agents[0].env[stacks.ENV_VAR]),
                             log=run_dir / "output.log")
+    if agents[0].rank_errors is not None:  # mpiexec: what failed, as torchrun's agent keeps it
+        failures.record_mpiexec(
+            failures.path(run_dir, agents[0].name), agents[0].rank_errors,
+            [line.text for line in outcome.lines if line.rank is None],
+            sorted({line.rank for line in outcome.lines
+                    if line.rank is not None and line.text.startswith("Fatal Python error")}))
     result = LaunchResult(script=script, command=agents[0].typed, run_dir=run_dir,
                           returncode=outcome.returncode, wall_time=outcome.wall_time,
                           lines=outcome.lines, metrics=metrics.read(metrics_file),
@@ -203,9 +272,9 @@ def _run(script: Path, agents: list[Agent], run_dir: Path, metrics_file: Path, t
 
 
 def _shown(agent: Agent) -> str:
-    """The agent's command as a person types it, after the variable that changes what it does."""
-    settings = "".join(f"{k}={shlex.quote(agent.env[k])} " for k in torchrun.OWN_STORE_ENV
-                       if k in agent.env)
+    """The agent's command as a person types it, after the variables that change what it does."""
+    shown = MPIEXEC_ENV if agent.name == "mpiexec" else torchrun.OWN_STORE_ENV
+    settings = "".join(f"{k}={shlex.quote(agent.env[k])} " for k in shown if k in agent.env)
     return f"{settings}{shlex.join(agent.typed)}"
 
 
@@ -250,7 +319,7 @@ def _prepare_run_dir(script: Path, run_dir: str | os.PathLike | None) -> tuple[P
     there afterwards is this launch's, numbers and error files alike)."""
     run_dir = _new_run_dir(script) if run_dir is None else Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    for logs in run_dir.glob("torchrun*"):
+    for logs in [*run_dir.glob("torchrun*"), run_dir / "mpiexec"]:
         shutil.rmtree(logs, ignore_errors=True)
     metrics_file = run_dir / "metrics.jsonl"
     metrics_file.unlink(missing_ok=True)

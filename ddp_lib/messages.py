@@ -16,6 +16,10 @@ ranks fail within a second of each other it is the lowest, and the same rules ap
 last error line each rank printed. A rank that torchrun stopped before it exited is in no record
 on torch 2.4: its printed traceback stands in for its error file. The message lists the last error
 line of every other rank that raised, so both sides of a failure are in view.
+
+An mpiexec launch is read the same way, from the record the launch writes for it
+(``failures.record_mpiexec``). There a rank killed by a signal without faulthandler's report (a
+SIGKILL) is not known: the message says which signal, and that mpiexec does not say which rank.
 """
 
 from __future__ import annotations
@@ -28,7 +32,6 @@ import signal
 from ddp_lib import failures, stacks
 from ddp_lib.failures import Failure
 from ddp_lib.launch_result import LaunchResult
-from ddp_lib.supervise import AGENT
 
 # What a rank raises when a peer's process went away first: a consequence, not a cause.
 _PEER_GONE = re.compile(r"Connection (closed|reset) by peer", re.IGNORECASE)
@@ -152,9 +155,15 @@ def _exit_description(exitcode: int | None) -> str:
 
 
 def failure_message(result: LaunchResult, rank: int | None, exitcode: int | None) -> str:
-    who = f"Rank {rank}" if rank is not None else "torchrun"
+    launcher = _launcher(result)
+    who = f"Rank {rank}" if rank is not None else launcher
+    if rank is None and launcher == "mpiexec":
+        signal_number = failures.mpiexec_signal(
+            [line.text for line in result.lines if line.rank is None])
+        if signal_number:  # mpiexec says which signal, not which rank (ddp_lib.failures)
+            who, exitcode = "A rank (mpiexec does not say which)", -signal_number
     raised = raised_errors(result).get(rank) if rank is not None else None
-    text = result.output(rank if rank is not None else AGENT, stream="stderr")
+    text = result.output(rank if rank is not None else launcher, stream="stderr")
     crash = _crash_report(text)
     tb = (raised.traceback.rstrip() if raised and raised.traceback else
           crash or _traceback(text) or "\n".join(text.splitlines()[-15:]))
@@ -177,13 +186,16 @@ def failure_message(result: LaunchResult, rank: int | None, exitcode: int | None
     if others:
         parts.append("Other ranks that failed (their last error line):\n"
                      + _indent("\n".join(others)))
-    parts.append(f"All output: result.output(); torchrun's logs: {result.run_dir / 'torchrun'}")
+    parts.append(f"All output: result.output(); torchrun's logs: {result.run_dir / 'torchrun'}"
+                 if launcher == "torchrun" else
+                 f"All output: result.output(), and {result.run_dir / 'output.log'}")
     return "\n".join(parts)
 
 
 def timeout_message(result: LaunchResult, timeout: float) -> str:
-    parts = [f"{result.script.name} did not finish within timeout={timeout:g} s; torchrun and "
-             "all its workers were stopped."]
+    launcher = _launcher(result)
+    parts = [f"{result.script.name} did not finish within timeout={timeout:g} s; {launcher} and "
+             f"all its {'workers' if launcher == 'torchrun' else 'ranks'} were stopped."]
     where = stacks.where(result.stacks, result.script)
     if where:
         parts.append("Where each rank was:\n" + _indent("\n".join(where)))
@@ -198,6 +210,11 @@ def timeout_message(result: LaunchResult, timeout: float) -> str:
         if tail:
             parts.append(f"Last lines of rank {rank}:\n{_indent(chr(10).join(tail))}")
     return "\n".join(parts)
+
+
+def _launcher(result: LaunchResult) -> str:
+    """``"torchrun"`` or ``"mpiexec"``: the first word of the command the launch ran."""
+    return result.command[0] if result.command else "torchrun"
 
 
 def _indent(text: str) -> str:

@@ -1,11 +1,18 @@
-"""Run torchrun agents as children of the notebook's kernel, relay their output, leave nothing.
+"""Run a launcher (torchrun agents, or mpiexec) as children of the notebook's kernel, relay the
+ranks' output, leave nothing.
 
 torchrun starts each worker in a session of its own, so killing the agent's process group would
 orphan the workers: the agent is asked to stop first (SIGTERM, it then stops its workers), and
-only after a grace period is every process the launch ever started killed. The agent also gets
-SIGTERM if the kernel dies (Linux parent-death signal). Each line an agent relays is labelled
-with the rank that printed it (torchrun's ``[rankN]: `` prefix) and the agent (node) it came
-through.
+only after a grace period is every process the launch ever started killed. MPICH's mpiexec does
+the same through one proxy per machine, and passes SIGTERM on to its ranks. The launcher also
+gets SIGTERM if the kernel dies (Linux parent-death signal). Each line a launcher relays is
+labelled with the rank that printed it (torchrun's ``[rankN]: `` prefix, which mpiexec is asked to
+print too) and the agent (node) it came through.
+
+torchrun stops every worker as soon as one fails; mpiexec only when a rank dies of a signal. A
+rank of an mpiexec launch that raises writes its exception to a file (``worker_site``), and the
+launch then stops the others itself: they would wait for it in their next collective until the
+timeout.
 """
 
 from __future__ import annotations
@@ -25,14 +32,17 @@ import psutil
 from ddp_lib import stacks, torchrun
 from ddp_lib.launch_result import LaunchInterrupted
 
-AGENT = "torchrun"
 STOP_GRACE_S = 10.0
 STACKS_WAIT_S = 3.0  # how long the workers get to write their stacks before they are stopped
+# How long an mpiexec launch waits, after a rank wrote its uncaught exception, for the others to
+# say what they saw before it stops them (their own errors, printed as they exit).
+RANK_ERROR_GRACE_S = 2.0
 
 
 @dataclass
 class Line:
-    """One line of output: who printed it (``"rank0"``, ``"torchrun"``), on which stream.
+    """One line of output: who printed it (``"rank0"``; ``"torchrun"`` or ``"mpiexec"`` for the
+    launcher's own lines), on which stream.
 
     ``node`` tells which torchrun agent the line came through (always 0 on one node); rank
     numbers are global, so ``"rank3"`` is the same process whichever node it runs on.
@@ -45,7 +55,7 @@ class Line:
 
     @property
     def rank(self) -> int | None:
-        """The global rank that printed the line; ``None`` for torchrun's own lines."""
+        """The global rank that printed the line; ``None`` for the launcher's own lines."""
         return int(self.source[4:]) if self.source.startswith("rank") else None
 
 
@@ -62,15 +72,26 @@ class Outcome:
 
 @dataclass
 class Agent:
-    """One torchrun agent to start: its command, environment and (optionally) its CPU cores.
+    """One launcher process to start: a torchrun agent (one per node), or mpiexec.
 
     ``typed`` is the command as a person types it (``torchrun ...``), ``command`` what runs it.
+    ``workers_below`` says how far down the process tree the ranks are: torchrun's children,
+    mpiexec's grandchildren (under its proxy). ``rank_errors`` is the folder where the ranks
+    write their uncaught exceptions when the launcher itself does not stop the others after a
+    failure (mpiexec); ``None`` for torchrun.
     """
 
     command: list[str]
     env: dict[str, str]
     cores: list[int] = field(default_factory=list)
     typed: list[str] = field(default_factory=list)
+    workers_below: int = 1
+    rank_errors: Path | None = None
+
+    @property
+    def name(self) -> str:
+        """The launcher's name, which labels its own lines: ``torchrun`` or ``mpiexec``."""
+        return self.typed[0] if self.typed else "torchrun"
 
 
 def run(agents: list[Agent], *, timeout: float, stream: bool, script: Path,
@@ -79,13 +100,14 @@ def run(agents: list[Agent], *, timeout: float, stream: bool, script: Path,
 
     If one agent fails while others still run (a node whose workers crashed), the others are
     stopped at once: their workers would otherwise wait for the lost ranks until the timeout.
+    So is an mpiexec launch ``RANK_ERROR_GRACE_S`` after one of its ranks raised.
     A cell is never silent for long: a quiet launch (``stream=False``) shows a progress bar fed
     by the ranks' lines, and a streamed one that has printed nothing for ``SILENCE_S`` says that
     it is still waiting, and until when. An interrupt that arrives after every agent has exited
     keeps the finished run.
 
     Args:
-        agents: the torchrun agents to start, one per (simulated) node.
+        agents: the torchrun agents to start, one per (simulated) node; or one mpiexec.
         timeout: seconds before every process is stopped and ``Outcome.timed_out`` set.
         stream: print each line into the cell as it arrives.
         script: the script the workers run, for the messages of an interrupted launch.
@@ -102,6 +124,8 @@ def run(agents: list[Agent], *, timeout: float, stream: bool, script: Path,
     procs: list[subprocess.Popen] = []
     watchers: list[_ProcessWatcher] = []
     echo = _Echo(stream, len(agents) > 1, script, timeout, log)
+    launcher = agents[0].name
+    workers = "workers" if launcher == "torchrun" else "ranks"
     start = time.monotonic()
     try:
         for node, agent in enumerate(agents):
@@ -111,31 +135,31 @@ def run(agents: list[Agent], *, timeout: float, stream: bool, script: Path,
                 preexec_fn=_prepare_child(agent.cores),
             )
             procs.append(proc)
-            watchers.append(_ProcessWatcher(proc.pid))
+            watchers.append(_ProcessWatcher(proc.pid, agent.workers_below))
             for pipe, name in ((proc.stdout, "stdout"), (proc.stderr, "stderr")):
-                threading.Thread(target=_read_lines, args=(pipe, name, node, lines),
+                threading.Thread(target=_read_lines, args=(pipe, name, node, agent.name, lines),
                                  daemon=True).start()
         try:
-            _relay(procs, watchers, lines, outcome, echo, start, timeout, stacks_dir)
+            _relay(agents, procs, watchers, lines, outcome, echo, start, timeout, stacks_dir)
         except KeyboardInterrupt:
             if not all(proc.poll() is not None for proc in procs):
                 raise
             # Every agent had exited: the run is complete, only its last lines are in flight.
-            _relay(procs, watchers, lines, outcome, echo, start, timeout, stacks_dir)
+            _relay(agents, procs, watchers, lines, outcome, echo, start, timeout, stacks_dir)
             echo.note(f"The interrupt came after {script.name} had finished: its result is "
                       "kept.")
     except KeyboardInterrupt:
         echo.stopping()
-        dumps = _ask_for_stacks(procs, stacks_dir)
+        dumps = _ask_for_stacks(watchers, stacks_dir)
         _stop_all(procs, watchers)
         where = "".join(f"\n    {line}" for line in stacks.where(dumps, script))
         raise LaunchInterrupted(
-            f"Launch of {script.name} interrupted: torchrun and all its workers were stopped."
+            f"Launch of {script.name} interrupted: {launcher} and all its {workers} were stopped."
             + (f"\nWhere each rank was:{where}" if where else "") + echo.kept()) from None
     except BaseException as exc:
         echo.stopping()
         _stop_all(procs, watchers)
-        print(f"\nLaunch of {script.name} ended by {exc!r}: torchrun and all its workers "
+        print(f"\nLaunch of {script.name} ended by {exc!r}: {launcher} and all its {workers} "
               "were stopped.", file=sys.stderr, flush=True)
         raise
     finally:
@@ -150,23 +174,30 @@ def run(agents: list[Agent], *, timeout: float, stream: bool, script: Path,
     return outcome
 
 
-def _relay(procs: list[subprocess.Popen], watchers: list[_ProcessWatcher], lines: queue.Queue,
-           outcome: Outcome, echo: _Echo, start: float, timeout: float,
-           stacks_dir: Path | None) -> None:
+def _relay(agents: list[Agent], procs: list[subprocess.Popen],
+           watchers: list[_ProcessWatcher], lines: queue.Queue, outcome: Outcome, echo: _Echo,
+           start: float, timeout: float, stacks_dir: Path | None) -> None:
     """Pass the agents' lines to ``echo`` until every pipe is closed, stopping the launch at its
-    timeout, or when one of several agents has failed."""
+    timeout, when one of several agents has failed, or when a rank of mpiexec's has raised."""
+    refreshed = 0.0
     while echo.open_streams(len(procs)):
+        now = time.monotonic()
+        if now - refreshed >= 0.5:  # while lines flow too: a rank that dies fast is still seen
+            refreshed = now
+            for watcher in watchers:
+                watcher.refresh()
         try:
             item = lines.get(timeout=0.1)
         except queue.Empty:
-            for watcher in watchers:
-                watcher.refresh()
+            stopped = echo.quiet_agents
             if not outcome.timed_out and time.monotonic() - start > timeout:
                 outcome.timed_out = True
                 echo.stopping()
-                outcome.stacks = _ask_for_stacks(procs, stacks_dir)
+                outcome.stacks = _ask_for_stacks(watchers, stacks_dir)
                 _stop_all(procs, watchers)
-            elif len(procs) > 1 and any(p.poll() not in (None, 0) for p in procs):
+            elif not stopped and (
+                    (len(procs) > 1 and any(p.poll() not in (None, 0) for p in procs))
+                    or any(_raised_a_while_ago(agent) for agent in agents)):
                 echo.stopping()
                 _stop_all(procs, watchers)
             echo.tick()
@@ -181,21 +212,29 @@ def _relay(procs: list[subprocess.Popen], watchers: list[_ProcessWatcher], lines
         proc.wait()
 
 
-def _ask_for_stacks(procs: list[subprocess.Popen], folder: Path | None) -> dict[int, str]:
+def _raised_a_while_ago(agent: Agent) -> bool:
+    """Whether a rank of ``agent`` wrote its uncaught exception ``RANK_ERROR_GRACE_S`` ago."""
+    if agent.rank_errors is None:
+        return False
+    try:
+        written = [entry.stat().st_mtime for entry in os.scandir(agent.rank_errors)
+                   if entry.name.endswith(".json")]
+    except OSError:
+        return False
+    return bool(written) and time.time() - min(written) >= RANK_ERROR_GRACE_S
+
+
+def _ask_for_stacks(watchers: list[_ProcessWatcher], folder: Path | None) -> dict[int, str]:
     """Have every worker write its stacks (SIGUSR1, see ``worker_site``); rank -> the dump.
 
-    Only the agents' own children are asked: they are the workers, which registered the signal.
-    The agent did not, and a DataLoader's worker processes are not ranks.
+    Only the ranks are asked, which registered the signal: the launcher's processes did not,
+    and a DataLoader's worker processes are not ranks.
     """
     if folder is None or not hasattr(signal, "SIGUSR1"):
         return {}
     asked = 0
-    for proc in procs:
-        try:
-            workers = psutil.Process(proc.pid).children()
-        except psutil.Error:
-            continue
-        for worker in workers:
+    for watcher in watchers:
+        for worker in watcher.workers():
             try:
                 worker.send_signal(signal.SIGUSR1)
                 asked += 1
@@ -235,14 +274,15 @@ def _prepare_child(cores: list[int]):
 
 
 class _ProcessWatcher:
-    """Remembers every process the launch started, even after torchrun is gone.
+    """Remembers every process the launch started, even after its launcher is gone.
 
     Workers live in sessions of their own and are re-parented when the agent dies, so the tree
     is read while it is intact, and anything still alive at the end is killed.
     """
 
-    def __init__(self, pid: int):
+    def __init__(self, pid: int, workers_below: int = 1):
         self.root = psutil.Process(pid)
+        self.workers_below = workers_below
         self.seen: dict[int, psutil.Process] = {pid: self.root}
 
     def refresh(self) -> None:
@@ -251,6 +291,19 @@ class _ProcessWatcher:
                 self.seen.setdefault(child.pid, child)
         except psutil.Error:
             pass
+
+    def workers(self) -> list[psutil.Process]:
+        """The ranks: the processes ``workers_below`` levels under the launcher."""
+        level = [self.root]
+        for _ in range(self.workers_below):
+            below = []
+            for process in level:
+                try:
+                    below += process.children()
+                except psutil.Error:
+                    pass
+            level = below
+        return level
 
     def alive(self) -> list[psutil.Process]:
         return [p for p in self.seen.values() if _running(p)]
@@ -274,7 +327,7 @@ def _running(p: psutil.Process) -> bool:
 
 
 def _stop_all(procs: list[subprocess.Popen], watchers: list[_ProcessWatcher]) -> None:
-    """SIGTERM to every torchrun (each stops its workers), then SIGKILL to whatever is left."""
+    """SIGTERM to every launcher (each stops its workers), then SIGKILL to whatever is left."""
     for watcher in watchers:
         watcher.refresh()
     for proc in procs:
@@ -298,19 +351,23 @@ def _stop_all(procs: list[subprocess.Popen], watchers: list[_ProcessWatcher]) ->
             pass
 
 
-def _read_lines(pipe, stream: str, node: int, out: queue.Queue) -> None:
+def _read_lines(pipe, stream: str, node: int, launcher: str, out: queue.Queue) -> None:
     with pipe:
         for raw in iter(pipe.readline, b""):
-            out.put((stream, raw.decode("utf-8", errors="replace").rstrip("\r\n"), node))
+            out.put((stream, raw.decode("utf-8", errors="replace").rstrip("\r\n"), node,
+                     launcher))
     out.put(None)
 
 
-def parse(stream: str, text: str, node: int = 0) -> Line:
+def parse(stream: str, text: str, node: int = 0, launcher: str = "torchrun") -> Line:
+    """The line as printed by a rank (its ``[rankN]: `` label removed) or by the launcher."""
     match = torchrun.RANK_PREFIX.match(text)
     if not match:
-        return Line(AGENT, stream, text, node)
+        return Line(launcher, stream, text, node)
     rank = match.group(1)
     text = text[match.end():]
+    if launcher == "mpiexec":  # mpiexec labels each piece it reads: a line written in pieces
+        text = text.replace(f"[rank{rank}]: ", "")  # (faulthandler's) has labels inside
     # PyTorch prefixes uncaught exceptions in workers with the rank itself: drop the repeat.
     repeat = f"[rank{rank}]: "
     if text.startswith(repeat):
@@ -318,12 +375,18 @@ def parse(stream: str, text: str, node: int = 0) -> Line:
     return Line(f"rank{rank}", stream, text, node)
 
 
+# The first line of a launcher's report on failed ranks, which the failure message says again:
+# torchrun's traceback, and MPICH's banner ("BAD TERMINATION OF ONE OF YOUR APPLICATION ...").
+_LAUNCHER_REPORT = ("Traceback (most recent call last)", "=" * 20)
+
+
 class _Echo:
     """What the cell shows of a launch while it runs, and the run's log file.
 
     Lines are printed one write per line, so ranks never interleave mid-line. Some lines are
     kept in the result and the log but not shown, because the message ``launch`` raises says
-    the same in fewer words: torchrun's traceback after a failed worker, what it says while the
+    the same in fewer words: torchrun's traceback after a failed worker (mpiexec's banner after a
+    rank killed by a signal), what the launcher says while the
     launch is being stopped, and faulthandler's list of loaded extension modules (one line
     of 30 module names under every native crash report). With ``stream=False`` the cell shows a
     progress bar instead of the lines.
@@ -355,12 +418,12 @@ class _Echo:
 
     def __call__(self, line: Line) -> None:
         self.last_line = time.monotonic()
-        source = (f"{line.source} node{line.node}" if line.source == AGENT and self.multi_node
+        source = (f"{line.source} node{line.node}" if line.rank is None and self.multi_node
                   else line.source)
         if self.log:
             self.log.write(f"[{source}] {line.text}\n")
             self.log.flush()
-        if line.source == AGENT and line.text.startswith("Traceback (most recent call last)"):
+        if line.rank is None and line.text.startswith(_LAUNCHER_REPORT):
             self.agent_traceback.add(line.node)
         self.rank_lines += line.rank is not None
         if self._folded(line):
@@ -375,7 +438,7 @@ class _Echo:
             target.flush()
 
     def _folded(self, line: Line) -> bool:
-        if line.source == AGENT:
+        if line.rank is None:
             return self.quiet_agents or line.node in self.agent_traceback
         return line.text.startswith("Extension modules: ")
 
@@ -397,7 +460,7 @@ class _Echo:
                       f"the timeout, {self.timeout:g} s ({left:.0f} s left)")
 
     def stopping(self) -> None:
-        """From now on torchrun only reports being stopped: keep that out of the cell."""
+        """From now on the launcher only reports being stopped: keep that out of the cell."""
         self.quiet_agents = True
 
     def note(self, text: str) -> None:
@@ -411,7 +474,7 @@ class _Echo:
         """Where the lines not shown are, for the end of a message; ``""`` if none were hidden."""
         if not self.hidden or self.log_path is None:
             return ""
-        return (f"\n({self.hidden} line{'s' if self.hidden > 1 else ''} of torchrun's and "
+        return (f"\n({self.hidden} line{'s' if self.hidden > 1 else ''} of the launcher's and "
                 f"faulthandler's reports not shown: the whole output is in {self.log_path})")
 
     def close(self) -> None:

@@ -140,8 +140,8 @@ class _HeldEnd:
             time.sleep(5)
         self.out.put(item)
 
-supervise._read_lines = lambda pipe, stream, node, out: _read_lines(pipe, stream, node,
-                                                                    _HeldEnd(out))
+supervise._read_lines = lambda pipe, stream, node, launcher, out: _read_lines(
+    pipe, stream, node, launcher, _HeldEnd(out))
 """
 
 

@@ -400,16 +400,18 @@ def test_the_workers_get_a_store_of_their_own_only_with_restarts():
     assert torchrun.shares_store() == (release >= (2, 5))
 
 
-def _launch_in_child(workdir: Path, script: Path) -> subprocess.Popen:
+def _launch_in_child(workdir: Path, script: Path, args: list | None = None,
+                     launcher: str = "torchrun") -> subprocess.Popen:
     """A separate Python process (like a notebook kernel) that launches ``script``.
 
     Like a Jupyter kernel, it turns SIGINT into KeyboardInterrupt even if the test run was
     started with SIGINT ignored (a shell's background job is), which Python would inherit.
     """
+    words = [str(arg) for arg in (args or [workdir])]
     code = ("import faulthandler, signal; faulthandler.register(signal.SIGUSR1, all_threads=True)\n"
             "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
-            f"import ddp_lib; ddp_lib.launch({str(script)!r}, args=[{str(workdir)!r}],"
-            " nproc_per_node=2, timeout=300)")
+            f"import ddp_lib; ddp_lib.launch({str(script)!r}, args={words!r},"
+            f" nproc_per_node=2, timeout=300, launcher={launcher!r})")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen([sys.executable, "-c", code], cwd=workdir, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -427,13 +429,13 @@ def _wait_for_workers(workdir: Path, kernel: subprocess.Popen) -> None:
     raise AssertionError("the workers never started")
 
 
-def test_interrupt_stops_the_whole_launch(make_script, workdir):
-    script = make_script("sleeper.py", SLEEPER)
-    kernel = _launch_in_child(workdir, script)
-    _wait_for_workers(workdir, kernel)
-    kernel.send_signal(signal.SIGINT)  # what Jupyter's stop button sends
-    # The stop takes seconds; launch's own waits add up to about 25 s at worst (torchrun ignoring
-    # SIGTERM). Longer means it hangs: then show where the "kernel" is stuck.
+def stop_kernel_with_sigint(kernel: subprocess.Popen, workdir: Path) -> str:
+    """Interrupt the launching "kernel" as Jupyter's stop button does; its stderr.
+
+    The stop takes seconds; launch's own waits add up to about 25 s at worst (a launcher
+    ignoring SIGTERM). Longer means it hangs: then the test fails saying where the "kernel" is.
+    """
+    kernel.send_signal(signal.SIGINT)
     try:
         _, err = kernel.communicate(timeout=30)
     except subprocess.TimeoutExpired:
@@ -444,6 +446,14 @@ def test_interrupt_stops_the_whole_launch(make_script, workdir):
         _, err = kernel.communicate()
         pytest.fail(f"the launch did not stop within 30 s of SIGINT; running: {still}\n{err}")
     assert "LaunchInterrupted" in err  # a KeyboardInterrupt
+    return err
+
+
+def test_interrupt_stops_the_whole_launch(make_script, workdir):
+    script = make_script("sleeper.py", SLEEPER)
+    kernel = _launch_in_child(workdir, script)
+    _wait_for_workers(workdir, kernel)
+    err = stop_kernel_with_sigint(kernel, workdir)
     assert "interrupted: torchrun and all its workers were stopped" in err
     assert "Where each rank was:" in err
     assert "rank 1: sleeper.py:6  time.sleep(300)" in err, err

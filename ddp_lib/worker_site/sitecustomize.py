@@ -1,7 +1,10 @@
 """Run by Python at start-up in every process a ``ddp_lib`` launch starts (this folder is first on
 their ``PYTHONPATH``); it changes nothing in the learner's script.
 
-In a torchrun worker it registers ``faulthandler`` on SIGUSR1: when a launch times out, or its
+A rank is a torchrun worker (``RANK`` and ``LOCAL_RANK`` set) or a process that MPICH's
+``mpiexec`` started (``PMI_RANK``: the script itself sets torch's variables from it).
+
+In a rank it registers ``faulthandler`` on SIGUSR1: when a launch times out, or its
 cell is interrupted, ``ddp_lib`` sends SIGUSR1 to each worker before stopping it, and the worker
 writes every thread's Python stack to ``$DDP_WORKSHOP_STACKS/rank<RANK>.txt``. That is how a hung
 job tells which line each rank was waiting on. faulthandler writes from its C signal handler, so
@@ -14,7 +17,9 @@ It also does for every script what torchrun's ``@record`` decorator does for the
 wraps: an uncaught exception is written to the error file torchrun names in
 ``TORCHELASTIC_ERROR_FILE``, by torch's own ``ErrorHandler``, so torchrun's failure report shows the
 exception, and its ``ChildFailedError`` hands it to ``ddp_lib`` with the rank's exit code
-(``ddp_lib.failures``) instead of leaving it in interleaved output. That is done only where the
+(``ddp_lib.failures``) instead of leaving it in interleaved output. Under mpiexec, which reads
+no error file, the exception goes to ``$DDP_WORKSHOP_RANK_ERRORS/rank<N>.error.json``: the launch
+stops the other ranks when it appears, as torchrun would. That is done only where the
 script has imported torch: importing it just to write the file would cost a second or two of CPU
 (a script that fails before, a ``SyntaxError`` say, still prints its traceback, which ``ddp_lib``
 reads instead).
@@ -39,6 +44,10 @@ never imports torch pays nothing here (importing torch costs seconds of CPU); on
 the module's import, tens of milliseconds. On torch before 2.8 it also makes
 ``destroy_process_group`` release the GIL for a moment first (``_let_gloo_finish_before_destroy``).
 
+Under mpiexec, a rank's standard output and error are line-buffered: mpiexec labels each piece
+of output it reads with the rank, so a line written in pieces (``print(a, b)`` unbuffered writes
+four) would come out cut into labelled fragments.
+
 A ``sitecustomize`` that was there before this one (a distribution's, a site's) still runs.
 """
 
@@ -46,11 +55,21 @@ import os
 import sys
 
 
+def _launched_rank():
+    """This process's rank if a ddp_lib launch started it as a rank, else ``None`` (torchrun's
+    agent itself, for instance)."""
+    if not os.environ.get("DDP_WORKSHOP_STACKS"):
+        return None
+    if "RANK" in os.environ and "LOCAL_RANK" in os.environ:
+        return os.environ["RANK"]
+    return os.environ.get("PMI_RANK")
+
+
 def _register_stack_dump() -> None:
     folder = os.environ.get("DDP_WORKSHOP_STACKS")
-    rank = os.environ.get("RANK")
-    if not folder or rank is None or "LOCAL_RANK" not in os.environ:
-        return  # not a torchrun worker of a ddp_lib launch (the agent itself, for instance)
+    rank = _launched_rank()
+    if rank is None:
+        return
     import faulthandler
     import signal
 
@@ -66,10 +85,22 @@ def _register_stack_dump() -> None:
     globals()["_stack_file"] = stream
 
 
+def _error_file():
+    """Where this rank writes its uncaught exception: the file torchrun names, or under mpiexec
+    one of the launch's; ``None`` if neither (not a rank, or torchrun keeps no error files)."""
+    rank = _launched_rank()
+    if rank is None:
+        return None
+    if "RANK" in os.environ:
+        return os.environ.get("TORCHELASTIC_ERROR_FILE")
+    folder = os.environ.get("DDP_WORKSHOP_RANK_ERRORS")
+    return os.path.join(folder, f"rank{rank}.error.json") if folder else None
+
+
 def _record_uncaught_exceptions() -> None:
-    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    if not error_file or "RANK" not in os.environ or not os.environ.get("DDP_WORKSHOP_STACKS"):
-        return  # not a torchrun worker of a ddp_lib launch, or torchrun keeps no error files
+    error_file = _error_file()
+    if not error_file:
+        return
     previous_hook = sys.excepthook
 
     def record_then_print(exc_type, exc, tb) -> None:
@@ -187,10 +218,16 @@ def _let_gloo_finish_before_destroy(dist) -> None:
     dist.destroy_process_group = destroy_process_group
 
 
+def _line_buffered_under_mpiexec() -> None:
+    if _launched_rank() is None or "RANK" in os.environ:
+        return  # torchrun labels whole lines itself
+    for stream in (sys.stdout, sys.stderr):
+        stream.reconfigure(line_buffering=True, write_through=False)
+
+
 def _import_torch_distributed_nn_with_torch() -> None:
-    if not os.environ.get("DDP_WORKSHOP_STACKS") or "RANK" not in os.environ \
-            or "LOCAL_RANK" not in os.environ or "torch" in sys.modules:
-        return  # not a torchrun worker of a ddp_lib launch, or torch came in before
+    if _launched_rank() is None or "torch" in sys.modules:
+        return  # not a rank of a ddp_lib launch, or torch came in before
     sys.meta_path.insert(0, _DistributedNnAfterTorch())
 
 
@@ -206,6 +243,7 @@ def _run_the_next_sitecustomize() -> None:
 
 
 _register_stack_dump()
+_line_buffered_under_mpiexec()
 _record_uncaught_exceptions()
 _skip_the_last_garbage_collection()
 _import_torch_distributed_nn_with_torch()
