@@ -5,6 +5,10 @@ own host name (a UTS namespace) and its own /etc/hosts (a mount namespace): the 
 one to the other is the veth link, so a job that finishes has talked across it. Each host runs
 exactly the command ``ddp_lib.cluster.host_commands`` gives for it (``ssh_commands`` runs the
 same one remotely). Creating namespaces needs root; elsewhere the test is skipped.
+
+The same two hosts run an ``mpiexec`` job, started on the first host as on a cluster's head
+node: MPICH's mpiexec reads a host file and starts its proxy on the other host with ssh, here
+``ip netns exec`` behind a script that Hydra's ``-launcher-exec`` calls as it would call ssh.
 """
 
 from __future__ import annotations
@@ -46,6 +50,41 @@ dist.destroy_process_group()
 # Run the rest of the command line as a machine of its own would: its own host name, and an
 # /etc/hosts that names both machines by their addresses on the link.
 AS_HOST = 'hostname "$1" && mount --bind "$2" /etc/hosts && shift 2 && exec "$@"'
+
+MPI_JOB = """
+import os
+import socket
+import sys
+
+import torch
+import torch.distributed as dist
+
+# mpiexec's variables, as lesson 10's script reads them; MASTER_ADDR names the first host.
+rank, world = int(os.environ["PMI_RANK"]), int(os.environ["PMI_SIZE"])
+dist.init_process_group("gloo", rank=rank, world_size=world)
+total = torch.tensor([rank + 1.0])
+dist.all_reduce(total)
+master = os.environ["MASTER_ADDR"]
+# One write per line: mpiexec passes each rank's writes on as they come, unlabelled here.
+sys.stdout.write(f"rank={rank} world={world} host={socket.gethostname()} master={master} "
+                 f"master_ip={socket.gethostbyname(master)} sum={total.item():g}\n")
+sys.stdout.flush()
+dist.destroy_process_group()
+"""
+
+# ssh as Hydra's ssh launcher calls it (options, the host, then the command line to run there),
+# reaching the host's namespace instead of a remote machine.
+FAKE_SSH = """#!/bin/sh
+while [ "${1#-}" != "$1" ]; do shift; done
+host=$1; shift
+case $host in
+%(cases)s
+*) echo "no such host: $host" >&2; exit 255;;
+esac
+exec ip netns exec "$namespace" unshare --uts --mount \\
+    sh -c 'hostname "$1" && mount --bind "$2" /etc/hosts && shift 2 && exec sh -c "$*"' \\
+    sh "$host" %(hosts_file)s "$@"
+"""
 
 
 def run(*command: str) -> subprocess.CompletedProcess:
@@ -145,3 +184,41 @@ def test_two_hosts_rendezvous_and_all_reduce_across_the_link(two_hosts, workdir:
         assert report["master"] == names[0]
         assert report["master_ip"] == master_address
     assert not processes_mentioning(str(workdir / "job.py"))
+
+
+@pytest.mark.sweep
+def test_mpiexec_starts_ranks_on_both_hosts_through_ssh(two_hosts, workdir: Path):
+    (workdir / "mpi_job.py").write_text(MPI_JOB)
+    hosts_file = workdir / "hosts"
+    hosts_file.write_text("127.0.0.1 localhost\n"
+                          + "".join(f"{address} {name}\n" for _, name, address in two_hosts))
+    fake_ssh = workdir / "ssh"
+    fake_ssh.write_text(FAKE_SSH % {
+        "cases": "\n".join(f"{name}) namespace={namespace};;" for namespace, name, _ in two_hosts),
+        "hosts_file": hosts_file})
+    fake_ssh.chmod(0o755)
+    machines = workdir / "machines"  # MPICH's host file: host:processes
+    machines.write_text("".join(f"{name}:1\n" for _, name, _ in two_hosts))
+    (head_namespace, head, _), _ = two_hosts
+    mpiexec = Path(sys.executable).parent / "mpiexec"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+           "MASTER_ADDR": head, "MASTER_PORT": "29500"}
+    command = [str(mpiexec), "-f", str(machines), "-n", "2", "-launcher", "ssh",
+               "-launcher-exec", str(fake_ssh), sys.executable, str(workdir / "mpi_job.py")]
+    try:
+        done = subprocess.run(
+            ["ip", "netns", "exec", head_namespace, "unshare", "--uts", "--mount",
+             "sh", "-c", AS_HOST, "sh", head, str(hosts_file), *command],
+            cwd=workdir, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    finally:
+        for namespace, _, _ in two_hosts:
+            _kill_processes_in(namespace)
+    assert done.returncode == 0, done.stdout + done.stderr
+    reports = {int(match.group(1)): dict(pair.split("=") for pair in match.group(2).split())
+               for match in re.finditer(r"^rank=(\d+) (.*)$", done.stdout, flags=re.MULTILINE)}
+    assert sorted(reports) == [0, 1], done.stdout
+    assert {report["host"] for report in reports.values()} == {name for _, name, _ in two_hosts}
+    for report in reports.values():
+        assert report["world"] == "2" and report["sum"] == "3"
+        assert report["master_ip"] == two_hosts[0][2]  # reached across the link
+    assert not processes_mentioning(str(workdir / "mpi_job.py"))
