@@ -67,7 +67,7 @@ dist.all_reduce(total)
 master = os.environ["MASTER_ADDR"]
 # One write per line: mpiexec passes each rank's writes on as they come, unlabelled here.
 sys.stdout.write(f"rank={rank} world={world} host={socket.gethostname()} master={master} "
-                 f"master_ip={socket.gethostbyname(master)} sum={total.item():g}\n")
+                 f"master_ip={socket.gethostbyname(master)} sum={total.item():g}\\n")
 sys.stdout.flush()
 dist.destroy_process_group()
 """
