@@ -184,7 +184,7 @@ bench: setup
 COMPAT_VENV = $(CACHE_DIR)/compat-torch$(TORCH)-$(ENV_KEY)
 COMPAT_TESTS ?= tests/test_launch.py tests/test_multihost.py tests/test_clean_shutdown.py \
 	tests/test_slurm.py tests/test_cluster.py tests/test_hardware.py tests/test_compat.py \
-	tests/test_stacks.py tests/test_pbs.py $(NOTEBOOKS)
+	tests/test_stacks.py tests/test_pbs.py tests/test_mpiexec.py $(NOTEBOOKS)
 compat: export DDP_WORKSHOP_DATASET ?= synthetic
 compat: export DDP_WORKSHOP_FULL_SIZE ?= 0
 compat: export CUDA_VISIBLE_DEVICES ?=
