@@ -14,7 +14,9 @@ test is skipped and says why.
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -29,7 +31,7 @@ import psutil
 import pytest
 from conftest import command_line, processes_mentioning, wait_until_gone
 
-from ddp_lib import cluster
+from ddp_lib import cluster, metrics, scripts
 
 PACKAGES = ["slurm-wlm", "munge"]
 TOOLS = ["munged", "slurmctld", "slurmd", "sbatch", "scontrol", "sinfo", "unshare"]
@@ -37,6 +39,7 @@ TOOLS = ["munged", "slurmctld", "slurmd", "sbatch", "scontrol", "sinfo", "unshar
 NODES = {"n1": "127.0.0.2", "n2": "127.0.0.3"}
 JOB_TIMEOUT_S = 240
 LIBRARY = Path(__file__).resolve().parents[1] / "ddp_lib"  # this clone's
+LESSON_10 = Path(__file__).resolve().parents[1] / "notebooks" / "10_hpc_launchers.ipynb"
 
 JOB = """
 import os
@@ -260,3 +263,107 @@ def test_generated_script_runs_on_two_slurm_nodes(slurm: dict[str, str], tmp_pat
             f"the environment's ddp_lib is {report['ddp_lib']}, not this clone's: "
             "`make setup` here installs this clone into it")
     assert not processes_mentioning(str(tmp_path / "job.py"))
+
+
+# Lesson 10's script under srun and under MPICH's mpiexec in a Slurm job, with no torchrun: the
+# batch script sets MASTER_ADDR to the job's first node, as the lesson's srun job does.
+ANYWHERE_BATCH = """\
+#!/bin/bash
+#SBATCH --job-name=ddp-anywhere
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --time=5
+#SBATCH --output={log}
+set -euo pipefail
+cd {workdir}
+export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+export MASTER_PORT={ports[0]}
+echo "batch SLURM_PROCID=$SLURM_PROCID SLURM_LOCALID=$SLURM_LOCALID"
+srun python train_anywhere.py --epochs 1 --train-samples 64 --test-samples 32 --batch-size 16 \\
+    --checkpoint {workdir}/anywhere.pt
+srun --mpi=pmi2 python probe.py
+MASTER_PORT={ports[1]} mpiexec -n 4 python probe.py
+"""
+
+# What a process of the job sees, and what the lesson's function makes of it: one write per
+# line, as mpiexec passes on each write as it comes.
+PROBE = """\
+import json
+import os
+import sys
+
+import train_anywhere  # the lesson's script, next to this file
+
+SEEN = ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "SLURM_PROCID",
+        "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_STEP_TASKS_PER_NODE")
+seen = {name: os.environ[name] for name in SEEN if name in os.environ}
+launcher = train_anywhere.set_torchrun_variables()
+mapped = [int(os.environ[name]) for name in train_anywhere.LAUNCHERS["torchrun"]]
+sys.stdout.write("probe " + json.dumps({"seen": seen, "launcher": launcher, "mapped": mapped})
+                 + "\\n")
+"""
+
+
+def lesson_10_environment(name: str) -> dict[str, str]:
+    """The environment that a solution cell of lesson 10 gives a process, as ``name = {...}``."""
+    cells = json.loads(LESSON_10.read_text(encoding="utf-8"))["cells"]
+    for cell in cells:
+        if "solution" not in cell["metadata"].get("tags", []):
+            continue
+        for node in ast.parse("".join(cell["source"])).body:
+            if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == name:
+                return ast.literal_eval(node.value)
+    raise LookupError(f"{LESSON_10.name} assigns no {name}")
+
+
+def probes(log: str, launcher: str) -> dict[int, dict]:
+    """The probes whose function found ``launcher``, by the rank it gave them."""
+    found = [json.loads(line.removeprefix("probe ")) for line in log.splitlines()
+             if line.startswith("probe ")]
+    return {probe["mapped"][0]: probe for probe in found if probe["launcher"] == launcher}
+
+
+@pytest.mark.sweep
+def test_lesson_10_script_runs_unchanged_under_srun_and_mpiexec(slurm: dict[str, str],
+                                                               tmp_path: Path):
+    scripts.from_notebook(LESSON_10, "train_anywhere.py", directory=tmp_path, quiet=True)
+    (tmp_path / "probe.py").write_text(PROBE)
+    log, metrics_file = tmp_path / "anywhere.out", tmp_path / "metrics.jsonl"
+    batch = tmp_path / "anywhere.sbatch"
+    batch.write_text(ANYWHERE_BATCH.format(log=log, workdir=tmp_path, ports=free_ports(2)))
+    env = {**slurm, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{slurm['PATH']}",
+           "VIRTUAL_ENV": sys.prefix, "OMP_NUM_THREADS": "1",
+           "DDP_WORKSHOP_DATASET": "synthetic", metrics.ENV_VAR: str(metrics_file)}
+    # torchrun's variables, left in this environment, would win over srun's and mpiexec's.
+    for variable in ("MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME", "DDP_BACKEND", "RANK",
+                     "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        env.pop(variable, None)
+    try:
+        done = subprocess.run(["sbatch", "--wait", str(batch)], env=env, capture_output=True,
+                              text=True, timeout=JOB_TIMEOUT_S)
+    finally:
+        subprocess.run(["scancel", "--name=ddp-anywhere"], env=env, capture_output=True,
+                       timeout=30)
+    text = log.read_text() if log.exists() else ""
+    assert done.returncode == 0, done.stdout + done.stderr + text
+
+    # The batch script itself: Slurm's variables name the batch step, not a rank.
+    assert "batch SLURM_PROCID=0 SLURM_LOCALID=0" in text
+    # srun, unchanged script: each rank read Slurm's variables, and DDP trained one model.
+    records = metrics.read(metrics_file)
+    started = sorted((r["rank"], r["launcher"], r["value"]) for r in records
+                     if r["name"] == "local_rank")
+    assert started == [(0, "Slurm", 0), (1, "Slurm", 0)], text  # one task on each node
+    weights = {r["rank"]: r["sha256"] for r in records if r["name"] == "weights_sum"}
+    assert sorted(weights) == [0, 1] and len(set(weights.values())) == 1, text
+    # srun --mpi=pmi2 adds PMI_RANK and PMI_SIZE, no local rank: Slurm's variables still win.
+    pmi2 = probes(text, "Slurm")
+    assert sorted(pmi2) == [0, 1] and pmi2[1]["mapped"] == [1, 2, 0, 1], text
+    assert pmi2[1]["seen"] == lesson_10_environment("srun_pmi2"), text  # exercise 1's
+    # mpiexec in a Slurm job: Hydra starts one helper per node with srun, so every rank also
+    # sees SLURM_PROCID, its node's index; MPICH's variables come first and name the rank.
+    ranks = probes(text, "MPICH")
+    assert sorted(ranks) == [0, 1, 2, 3], text
+    assert [ranks[r]["mapped"] for r in range(4)] == [[r, 4, r // 2, 2] for r in range(4)], text
+    assert ranks[3]["seen"] == lesson_10_environment("mpiexec_in_slurm"), text  # exercise 2's
+    assert not processes_mentioning(str(tmp_path))
