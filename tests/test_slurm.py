@@ -305,14 +305,15 @@ sys.stdout.write("probe " + json.dumps({"seen": seen, "launcher": launcher, "map
 
 
 def lesson_10_environment(name: str) -> dict[str, str]:
-    """The environment that a solution cell of lesson 10 gives a process, as ``name = {...}``."""
+    """The environment a solution cell of lesson 10 gives a process, as ``name = dict(...)``."""
     cells = json.loads(LESSON_10.read_text(encoding="utf-8"))["cells"]
     for cell in cells:
         if "solution" not in cell["metadata"].get("tags", []):
             continue
         for node in ast.parse("".join(cell["source"])).body:
             if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == name:
-                return ast.literal_eval(node.value)
+                return {keyword.arg: ast.literal_eval(keyword.value)
+                        for keyword in node.value.keywords}
     raise LookupError(f"{LESSON_10.name} assigns no {name}")
 
 
