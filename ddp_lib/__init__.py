@@ -1,8 +1,9 @@
 """ddp_lib: the plumbing behind the ddp-workshop notebooks.
 
-It writes the lessons' scripts to disk, launches them under ``torchrun``, streams and collects
-what they print and report, finds or makes the data, and draws figures. It never does the thing
-a lesson teaches: that code stays in the scripts, in plain PyTorch.
+It writes the lessons' scripts to disk, launches them under ``torchrun`` (or MPICH's
+``mpiexec``, lesson 10), streams and collects what they print and report, finds or makes the
+data, and draws figures. It never does the thing a lesson teaches: that code stays in the
+scripts, in plain PyTorch.
 """
 
 from ddp_lib.hardware import detect, plan, threads_per_process

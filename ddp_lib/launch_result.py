@@ -116,7 +116,8 @@ class LaunchResult:
                 f"{self.script}, so it cannot show what your edit does.")
 
     def output(self, rank: int | str | None = None, stream: str | None = None) -> str:
-        """The text printed by one rank (an int), by ``"torchrun"``, or by all (``None``).
+        """The text printed by one rank (an int), by the launcher (``"torchrun"`` or
+        ``"mpiexec"``), or by all (``None``).
 
         Args:
             rank: which rank's lines; ``None`` for every line in the order they arrived.
