@@ -95,6 +95,7 @@ def test_a_rank_killed_without_a_trace_is_said_as_such(make_script, workdir):
     assert wait_until_gone(str(workdir), within=5) == []
 
 
+@pytest.mark.sweep  # the interrupt test below asks for the stacks the same way, in less time
 def test_a_hung_mpiexec_job_says_where_each_rank_was(make_script, workdir):
     script = make_script("ranks.py", RANKS)
     with pytest.raises(LaunchTimeout) as info:
