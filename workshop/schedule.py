@@ -30,6 +30,10 @@ SOURCES = {
              "commit 6303671, on an otherwise idle 2-core AMD EPYC machine "
              "([benchmarks §4](benchmarks.md#4-the-series-itself)); a machine with more cores "
              "runs it faster.",
+    "alone, 2026-11-25": "the notebook executed alone, headless (`jupyter nbconvert --execute`, "
+                         "kernel start included, small size, every solution run) on 2026-11-25, "
+                         "commit fba81d0, on a 2-core machine of the same kind, not otherwise "
+                         "busy (load average under 1.5).",
     "h100": "[benchmarks, GPU](benchmarks.md#gpu): one H100, full size, taken before the GPU "
             "path was rebuilt and the lesson changed: **not measured since**.",
 }
@@ -39,11 +43,12 @@ CPU_SECONDS: dict[str, tuple[float, str]] = {
     "00": (45.6, CPU_NOW), "01": (46.9, CPU_NOW), "02": (13.4, CPU_NOW),
     "03": (35.2, CPU_NOW), "04": (70.8, CPU_NOW), "05": (123.4, CPU_NOW),
     "06": (95.8, CPU_NOW), "07": (91.6, CPU_NOW), "08": (180.2, CPU_NOW),
-    "09": (101.1, CPU_NOW),
+    "09": (101.1, CPU_NOW), "10": (21.1, "alone, 2026-11-25"),
+    "11": (47.2, "alone, 2026-11-25"),
 }
 GPU_SECONDS: dict[str, float | None] = {
     "00": 52, "01": 66, "02": 16, "03": 37, "04": 90, "05": 114, "06": 88, "07": 69, "08": 184,
-    "09": None,
+    "09": None, "10": None, "11": None,
 }
 
 # Per lesson: the questions learners ask, and the failure it most often meets on a real cluster.
@@ -92,6 +97,18 @@ NOTES: dict[str, tuple[str, str]] = {
            "A collective inside `if rank == 0:` or uneven data on one rank: the job sits "
            "silent until the scheduler kills it. Set a process-group timeout and take every "
            "rank's stack (`py-spy dump`)."),
+    "10": ("Which variable holds my rank under mpiexec or srun? Does my script change for "
+           "PBS? Where did Horovod's DistributedOptimizer and broadcast go in DDP?",
+           "Every process of a machine taking the same rank: a script that reads `PMI_RANK` "
+           "under `mpiexec --ppn 1 torchrun`, or `SLURM_PROCID` under `mpiexec` in a Slurm "
+           "job. Read torchrun's variables first and Slurm's last; and since mpiexec leaves "
+           "the others waiting when a rank exits, set a process-group timeout."),
+    "11": ("Why not FSDP everywhere? (It sends more than DDP: each layer's weights, forward and "
+           "backward.) Why build the optimizer after fully_shard? Can a checkpoint from 8 GPUs "
+           "resume on 4? (DCP: yes.)",
+           "A rank that runs one forward more than the others (uneven evaluation shards) hangs "
+           "in FSDP's all-gather; and a checkpoint written with torch.save from rank 0 holds one "
+           "shard only: use DCP, or get_model_state_dict with full_state_dict=True."),
 }
 
 
