@@ -103,11 +103,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # The lessons that make test runs in the tests' lane, after the tests: the two lanes then take
 # about as long as each other (pytest's item times in one make test at ce9f8a4 on a 2-core AMD
 # machine: the tests 292 s and these lessons 249 s; lessons 00 and 05-08, the other lane, 554 s).
+# Lesson 10 (about 20 s) joins this lane and lesson 11 (about 45 s) the other, with the mpiexec
+# tests (about 25 s) here: the lanes stay within a few seconds of each other by those figures.
 # Any lesson may run beside any other: a lesson that builds on an earlier one's script writes it
 # again from that notebook's source (scripts.from_notebook), both write the same text, whole and
 # by rename, and each lesson's checkpoints, traces and launch folders have names of its own.
 TESTS_LANE_NOTEBOOKS = ("01_single_device", "02_data_parallel", "03_ring_allreduce",
-                        "04_init_methods", "09_hangs")
+                        "04_init_methods", "09_hangs", "10_hpc_launchers")
 
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: make test runs with -n 2
