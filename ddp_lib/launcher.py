@@ -206,7 +206,7 @@ def _mpiexec(script: Path, args: Sequence, nproc: int, run_dir: Path,
     (``MASTER_ADDR``, ``MASTER_PORT``: a free port, so two launches cannot collide), and the
     folder where a rank that raises writes its exception (``worker_site``).
     """
-    mpiexec = _mpiexec_program()
+    mpiexec = mpiexec_program()
     rank_errors = run_dir / "mpiexec"
     rank_errors.mkdir(parents=True, exist_ok=True)
     env = {**env, "MASTER_ADDR": env.get("MASTER_ADDR", "127.0.0.1"),
@@ -221,7 +221,7 @@ def _mpiexec(script: Path, args: Sequence, nproc: int, run_dir: Path,
                  workers_below=2, rank_errors=rank_errors)
 
 
-def _mpiexec_program() -> str:
+def mpiexec_program() -> str:
     """MPICH's mpiexec: the one installed beside this Python (the course's), else on the PATH."""
     beside = Path(sys.executable).parent / "mpiexec"
     found = str(beside) if beside.is_file() else shutil.which("mpiexec")
