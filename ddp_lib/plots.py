@@ -134,7 +134,7 @@ def scaling(measured: Mapping[int, float], models: Mapping[str, Callable[[int], 
 
 TIMELINE_COLOURS = {"data": "0.6", "forward": "tab:blue", "backward": "tab:orange",
                     "waiting": "mistyrose", "optimizer": "tab:green", "all-reduce": "tab:red",
-                    "broadcast": "tab:purple"}
+                    "broadcast": "tab:purple", "all-gather": "tab:cyan"}
 
 
 def timelines(panels: Mapping[str, Sequence], *, title: str | None = None) -> Figure:

@@ -29,7 +29,8 @@ from pathlib import Path
 STEP = "step"
 COMPUTE = "compute"
 COMMUNICATION = "communication"
-KINDS = ("data", "forward", "backward", "waiting", "optimizer", "all-reduce", "broadcast")
+KINDS = ("data", "forward", "backward", "waiting", "optimizer", "all-reduce", "broadcast",
+         "all-gather")
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,8 @@ def _communication_kind(event: dict, on_gpu: bool) -> str | None:
         return "all-reduce"
     if "broadcast" in name:
         return "broadcast"
+    if "allgather" in name.replace("_", ""):
+        return "all-gather"
     return None
 
 
@@ -147,6 +150,30 @@ def read_trace(trace: dict | str | os.PathLike, rank: int) -> tuple[list[Span], 
     spans = [Span(s.rank, s.lane, s.kind, (s.start - origin) / 1e3, (s.end - origin) / 1e3,
                   s.step) for s in spans]
     return sorted(spans, key=lambda s: (s.lane, s.start)), origin
+
+
+def collective_counts(trace: dict | str | os.PathLike) -> dict[str, float]:
+    """How many of each collective one rank ran per recorded step (mean), by name, from its trace.
+
+    Two layers record them. ``c10d::`` ops are what the program asked torch.distributed for
+    (``c10d::allreduce_``, ``c10d::_allgather_base_``, ``c10d::_reduce_scatter_base_``...),
+    whatever the backend; ``gloo:`` spans are what Gloo then ran, which need not be the same
+    collective: Gloo has no reduce-scatter of its own and runs an all-reduce for each.
+    """
+    if not isinstance(trace, dict):
+        trace = json.loads(Path(trace).read_text(encoding="utf-8"))
+    events = _events(trace)
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events
+             if e["name"].startswith("ProfilerStep#") and e.get("cat") != "gpu_user_annotation"]
+    if not steps:
+        raise ValueError("the trace has no ProfilerStep: was profiler.step() called after every "
+                         "training step, and did the run reach the active steps?")
+    counts: dict[str, float] = defaultdict(float)
+    for e in events:
+        if e["name"].startswith(("c10d::", "gloo:")) and any(
+                start <= e["ts"] < end for start, end in steps):
+            counts[e["name"]] += 1 / len(steps)
+    return dict(sorted(counts.items()))
 
 
 def read_traces(directory: str | os.PathLike) -> list[Span]:

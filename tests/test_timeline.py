@@ -100,6 +100,30 @@ def test_on_a_gpu_backward_is_the_kernels_between_forward_and_the_optimizer(tmp_
     assert breakdown["hidden"] == pytest.approx(0.018)  # 50-60 and 62-70 overlap kernels
 
 
+def test_collectives_are_counted_per_step_as_asked_and_as_run(tmp_path):
+    # Two steps of an FSDP-like trace: each asks for 2 all-gathers and 1 reduce-scatter, which
+    # Gloo runs as an all-reduce; one collective before the first step is not counted.
+    events = [event("c10d::allreduce_", 0, 5, cat="cpu_op")]
+    for t0 in (100, 300):
+        events += [event("ProfilerStep#3", t0, 100),
+                   event("c10d::_allgather_base_", t0 + 10, 5, cat="cpu_op"),
+                   event("gloo:all_gather", t0 + 11, 5, tid=GLOO),
+                   event("c10d::_allgather_base_", t0 + 40, 5, cat="cpu_op"),
+                   event("gloo:all_gather", t0 + 41, 5, tid=GLOO),
+                   event("c10d::_reduce_scatter_base_", t0 + 70, 5, cat="cpu_op"),
+                   event("gloo:all_reduce", t0 + 71, 5, tid=GLOO)]
+    write(tmp_path / "rank0.json", events)
+    assert timeline.collective_counts(tmp_path / "rank0.json") == {
+        "c10d::_allgather_base_": 2, "c10d::_reduce_scatter_base_": 1, "gloo:all_gather": 2,
+        "gloo:all_reduce": 1}
+    spans = timeline.read_traces(tmp_path)
+    assert [s.kind for s in spans if s.step == 0 and s.lane == timeline.COMMUNICATION] == [
+        "all-gather", "all-gather", "all-reduce"]
+    write(tmp_path / "rank0.json", [event("forward", 0, 10)])
+    with pytest.raises(ValueError, match="profiler.step"):
+        timeline.collective_counts(tmp_path / "rank0.json")
+
+
 def test_a_trace_without_steps_says_what_to_check(tmp_path):
     write(tmp_path / "rank0.json", [event("forward", 0, 10)])
     with pytest.raises(ValueError, match="profiler.step"):
