@@ -1,6 +1,6 @@
 """Run the benchmarks and print one markdown table each: ``python -m benchmarks.run_all``.
 
-    python -m benchmarks.run_all                      # launch, allreduce, training, gpu
+    python -m benchmarks.run_all                      # launch, allreduce, training, fsdp, gpu
     python -m benchmarks.run_all --quick              # fewer repetitions and sizes (a few minutes)
     python -m benchmarks.run_all --only allreduce training
     python -m benchmarks.run_all --only notebooks     # time every notebook headless
@@ -23,10 +23,11 @@ BENCHMARKS = {
     "launch": "benchmarks.launch_overhead",
     "allreduce": "benchmarks.allreduce_bandwidth",
     "training": "benchmarks.training_throughput",
+    "fsdp": "benchmarks.fsdp_memory",
     "notebooks": "benchmarks.notebook_times",
     "gpu": "benchmarks.gpu_training",
 }
-DEFAULT = ["launch", "allreduce", "training", "gpu"]  # gpu: skipped without a CUDA GPU
+DEFAULT = ["launch", "allreduce", "training", "fsdp", "gpu"]  # gpu: skipped without a CUDA GPU
 
 
 def main(argv: list[str] | None = None) -> None:
