@@ -24,7 +24,7 @@ import torch
 
 import ddp_lib
 from benchmarks.common import ROOT, Table, build_dir, median
-from ddp_lib import messages, scripts
+from ddp_lib import hardware, messages, scripts
 
 STRATEGIES = {
     "ddp": "DDP",
@@ -104,10 +104,11 @@ def run(quick: bool = False) -> Table:
                 failed[strategy] = (why or str(error)).strip().splitlines()[0]
                 del found[strategy]
     parameters = depth * (width * width + width)
+    threads = hardware.threads_per_process(2)  # what the script's ranks take on this machine
     notes = [
         f"MLP of {depth} layers {width} x {width} ({parameters / 1e6:.1f} M parameters, fp32, "
         f"AdamW), batch {batch} per process, {steps} steps per launch of which "
-        f"{steps - 5} timed; 2 processes, 1 thread each, Gloo; {rounds} interleaved "
+        f"{steps - 5} timed; 2 processes, {threads} thread(s) each, Gloo; {rounds} interleaved "
         "round(s), one launch per strategy and round; bytes and step time of the rank that "
         "holds the most or is slower",
         "stored: weights + gradients + AdamW state kept between steps; after forward: the "
