@@ -42,7 +42,7 @@ help:
 	@echo "make run     execute every notebook headless into build/ (notebooks and HTML pages)"
 	@echo "make test    lint, unit tests, every notebook once: a representative set in JupyterLab, the rest through nbval"
 	@echo "make test-browser  the long sweep: every other notebook in JupyterLab, repeated launches"
-	@echo "make bench   benchmarks: launch overhead, all-reduce bandwidth, training (docs/benchmarks.md)"
+	@echo "make bench   benchmarks: launch overhead, all-reduce bandwidth, training, FSDP2 vs DDP (docs/benchmarks.md)"
 	@echo "make compat TORCH=2.4.1   notebooks and launch tests with another torch (docs/compatibility.md)"
 	@echo "make wheelhouse [PY=3.12 PLATFORM=x86_64]   wheels for an offline node (build/wheelhouse/)"
 	@echo "make exercises  the learners' edition, solutions replaced by stubs, in build/exercises/"

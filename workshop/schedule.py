@@ -36,8 +36,11 @@ SOURCES = {
                          "busy (load average under 1.5).",
     "h100": "[benchmarks, GPU](benchmarks.md#gpu): one H100, full size, taken before the GPU "
             "path was rebuilt and the lesson changed: **not measured since**.",
+    "h200": "[benchmarks, GPU](benchmarks.md#gpu): one H200 (16 cores, the node's torch "
+            "2.11.0+cu130), full size, headless (the GPU guide's `run_notebooks.py`), at commit "
+            "7d7b501, 2026-11-26.",
 }
-CPU_NOW, GPU_OLD = "alone", "h100"
+CPU_NOW, GPU_OLD, GPU_NOW = "alone", "h100", "h200"
 # Seconds per notebook, and the source of each figure (None: no record).
 CPU_SECONDS: dict[str, tuple[float, str]] = {
     "00": (45.6, CPU_NOW), "01": (46.9, CPU_NOW), "02": (13.4, CPU_NOW),
@@ -46,9 +49,10 @@ CPU_SECONDS: dict[str, tuple[float, str]] = {
     "09": (101.1, CPU_NOW), "10": (21.1, "alone, 2026-11-25"),
     "11": (47.2, "alone, 2026-11-25"),
 }
-GPU_SECONDS: dict[str, float | None] = {
-    "00": 52, "01": 66, "02": 16, "03": 37, "04": 90, "05": 114, "06": 88, "07": 69, "08": 184,
-    "09": None, "10": None, "11": None,
+GPU_SECONDS: dict[str, tuple[float, str] | None] = {
+    "00": (52, GPU_OLD), "01": (66, GPU_OLD), "02": (16, GPU_NOW), "03": (37, GPU_OLD),
+    "04": (90, GPU_OLD), "05": (173, GPU_NOW), "06": (140, GPU_NOW), "07": (69, GPU_OLD),
+    "08": (184, GPU_OLD), "09": (139, GPU_NOW), "10": None, "11": None,
 }
 
 # Per lesson: the questions learners ask, and the failure it most often meets on a real cluster.
@@ -227,15 +231,14 @@ def render(all_lessons: list[Lesson]) -> str:
         "small size on CPU, the full size where a GPU is. Run each notebook once before the "
         "workshop on the machines learners will use: the first run also prepares the data.",
         "",
-        "| lesson | GPU-only cells | CPU | source | GPU (H100) | source |",
+        "| lesson | GPU-only cells | CPU | source | GPU | source |",
         "|---|---|---|---|---|---|",
     ]
     for lesson in all_lessons:
         cpu, cpu_source = CPU_SECONDS[lesson.number]
-        gpu = GPU_SECONDS[lesson.number]
+        gpu, gpu_source = GPU_SECONDS[lesson.number] or (None, "–")
         out.append(f"| {lesson.number} | {'yes' if lesson.gpu_only_cells else 'no'} | "
-                   f"{seconds(cpu)} | {cpu_source} | {seconds(gpu)} | "
-                   f"{GPU_OLD if gpu is not None else '–'} |")
+                   f"{seconds(cpu)} | {cpu_source} | {seconds(gpu)} | {gpu_source} |")
     out += [""] + [f"- `{key}`: {meaning}" for key, meaning in SOURCES.items()]
     out += ["", "A lesson with GPU-only cells runs everywhere; those cells print what a GPU "
             "would show instead of doing it.", "", "## Instructor notes", ""]
