@@ -34,6 +34,7 @@ SOURCES = {
                          "kernel start included, small size, every solution run) on 2026-11-25, "
                          "commit fba81d0, on a 2-core machine of the same kind, not otherwise "
                          "busy (load average under 1.5).",
+    "alone, 2026-11-26": "the same, on 2026-11-26, commit e6f834f, load average under 1.7.",
     "h100": "[benchmarks, GPU](benchmarks.md#gpu): one H100, full size, taken before the GPU "
             "path was rebuilt and the lesson changed: **not measured since**.",
     "h200": "[benchmarks, GPU](benchmarks.md#gpu): one H200 (16 cores, the node's torch "
@@ -47,7 +48,7 @@ CPU_SECONDS: dict[str, tuple[float, str]] = {
     "03": (35.2, CPU_NOW), "04": (70.8, CPU_NOW), "05": (123.4, CPU_NOW),
     "06": (95.8, CPU_NOW), "07": (91.6, CPU_NOW), "08": (180.2, CPU_NOW),
     "09": (101.1, CPU_NOW), "10": (21.1, "alone, 2026-11-25"),
-    "11": (47.2, "alone, 2026-11-25"),
+    "11": (75.8, "alone, 2026-11-26"),
 }
 GPU_SECONDS: dict[str, tuple[float, str] | None] = {
     "00": (52, GPU_OLD), "01": (66, GPU_OLD), "02": (16, GPU_NOW), "03": (37, GPU_OLD),
