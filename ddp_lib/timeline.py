@@ -158,7 +158,7 @@ def collective_counts(trace: dict | str | os.PathLike) -> dict[str, float]:
     Two layers record them. ``c10d::`` ops are what the program asked torch.distributed for
     (``c10d::allreduce_``, ``c10d::_allgather_base_``, ``c10d::_reduce_scatter_base_``...),
     whatever the backend; ``gloo:`` spans are what Gloo then ran, which need not be the same
-    collective: Gloo has no reduce-scatter of its own and runs an all-reduce for each.
+    collective: torch's Gloo backend has no reduce-scatter and runs an all-reduce for each.
     """
     if not isinstance(trace, dict):
         trace = json.loads(Path(trace).read_text(encoding="utf-8"))
