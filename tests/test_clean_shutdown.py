@@ -110,6 +110,43 @@ def test_importing_torch_distributed_nn_late_keeps_gloo_alive(make_script):
     assert all(left.values()), f"no Gloo worker survived destroy_process_group: {left}"
 
 
+# The group outlives destroy_process_group (the model still holds it, as lesson 09's unused.py
+# does; FSDP2's cached device mesh does the same), and the last collective is all_gather_object's,
+# whose tensors the Gloo worker drops after the rank has moved on. On torch 2.11 and later a
+# worker still dropping them when Python shuts down aborts the rank: without the worker start-up's
+# wait at exit (``_wait_for_gloo_workers``), 6 of this test's 20 launches had a rank abort
+# (torch 2.14.1, 2 cores); with it, none.
+GROUP_OUTLIVES_SCRIPT = """
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo")
+    model = DDP(nn.Linear(16, 4), find_unused_parameters=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(3):
+        optimizer.zero_grad()
+        model(torch.randn(8, 16)).sum().backward()
+        optimizer.step()
+    gathered = [None, None]
+    dist.all_gather_object(gathered, {"rank": dist.get_rank()})
+    print("done", gathered, flush=True)
+    dist.destroy_process_group()  # the model still holds the group: Gloo's workers live on
+"""
+
+
+@pytest.mark.sweep
+def test_a_group_that_outlives_destroy_exits_cleanly_every_time(make_script):
+    """Launches in a row of a script whose group lives until exit: no rank aborts."""
+    script = make_script("group_outlives.py", GROUP_OUTLIVES_SCRIPT)
+    results = [launch(script, nproc_per_node=2, timeout=180, stream=False, check=False)
+               for _ in range(RUNS)]
+    failures = [f"run {i}: exit {r.returncode}\n{r.output()[-2000:]}"
+                for i, r in enumerate(results) if not r.ok or "done" not in r.output(1)]
+    assert not failures, f"{len(failures)} of {RUNS} launches failed:\n" + "\n".join(failures)
+
+
 @pytest.mark.sweep
 def test_ddp_script_exits_cleanly_every_time(make_script):
     """Launches in a row: no abort, and (Linux) no Gloo worker left after destroy."""

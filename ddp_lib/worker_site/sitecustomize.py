@@ -24,10 +24,13 @@ script has imported torch: importing it just to write the file would cost a seco
 (a script that fails before, a ``SyntaxError`` say, still prints its traceback, which ``ddp_lib``
 reads instead).
 
-At exit it skips Python's last garbage collection (``gc.freeze``, after every other exit
-handler has run). That collection walks every object torch, torchvision and ``torch._dynamo``
-created, only to free memory the operating system takes back anyway: it cost about 1 CPU-s per
-process, 2 to 3 CPU-s per two-rank launch on a 2-core machine (``docs/benchmarks.md``, section 1).
+At exit, after every other exit handler, it first lets Gloo's worker threads finish dropping
+their last collectives (``_wait_for_gloo_workers``: on torch 2.11 and later one that is still
+dropping a tensor Python saw when Python shuts down aborts the rank), then skips Python's last
+garbage collection (``gc.freeze``). That collection walks every object torch, torchvision and
+``torch._dynamo`` created, only to free memory the operating system takes back anyway: it cost
+about 1 CPU-s per process, 2 to 3 CPU-s per two-rank launch on a 2-core machine
+(``docs/benchmarks.md``, section 1).
 Python does not promise to finalize what is left at exit; what the lessons write (checkpoints,
 metrics, traces, error files) is written and closed before.
 
@@ -142,12 +145,66 @@ def _write_error_file(path: str, exc: BaseException, tb) -> None:
                 pass
 
 
-def _skip_the_last_garbage_collection() -> None:
+def _at_exit() -> None:
     import atexit
     import gc
 
+    def let_gloo_finish_then_skip_the_collection() -> None:
+        if "torch.distributed" in sys.modules:
+            _wait_for_gloo_workers()
+        gc.freeze()
+
     # Registered before the script and its libraries register theirs, so it runs after them all.
-    atexit.register(gc.freeze)
+    atexit.register(let_gloo_finish_then_skip_the_collection)
+
+
+GLOO_WORKER = "pt_gloo_runloop"  # the name torch gives Gloo's worker threads (2.11 does, 2.8 not)
+
+
+def _gloo_worker_states() -> list[str]:
+    """The state letter (``R`` runnable, ``S`` asleep, ...) of each of Gloo's worker threads, from
+    ``/proc`` (Linux); empty where there is none, or none can be told by its name."""
+    states = []
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return states
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/stat") as stat:
+                fields = stat.read()
+        except OSError:  # the thread ended while we looked
+            continue
+        name, _, rest = fields.partition("(")[2].rpartition(")")
+        if name == GLOO_WORKER:
+            states.append(rest.split()[0])
+    return states
+
+
+def _wait_for_gloo_workers(timeout: float = 1.0) -> None:
+    """Release the GIL until every Gloo worker thread is asleep, twice in a row (at most
+    ``timeout`` seconds; a few milliseconds when they are idle).
+
+    A worker drops each finished collective *after* the rank that waited on it has moved on; when
+    the work holds a tensor that Python also saw (``all_gather_object``'s, say), torch 2.11 and
+    later take the GIL to drop it (``TensorImpl::decref_pyobject``). If Python has begun to shut
+    down by then, taking the GIL ends the thread, which C++ turns into ``std::terminate``: the rank
+    aborts (SIGABRT, "terminate called without an active exception") after its work is done. That
+    happens whenever the process group outlives ``destroy_process_group`` (a model that still holds
+    it, FSDP's cached device mesh), about one rank exit in five with ``all_gather_object`` last
+    (pytorch/pytorch#190489). Sleeping hands the GIL to a worker that waits for it; a worker that
+    is runnable but not yet running gets the time to run.
+    """
+    import time
+
+    deadline = time.monotonic() + timeout
+    asleep_in_a_row = 0
+    while asleep_in_a_row < 2 and time.monotonic() < deadline:
+        time.sleep(0.002)
+        states = _gloo_worker_states()
+        if not states:
+            return
+        asleep_in_a_row = asleep_in_a_row + 1 if all(state == "S" for state in states) else 0
 
 
 class _DistributedNnAfterTorch:
@@ -245,6 +302,6 @@ def _run_the_next_sitecustomize() -> None:
 _register_stack_dump()
 _line_buffered_under_mpiexec()
 _record_uncaught_exceptions()
-_skip_the_last_garbage_collection()
+_at_exit()
 _import_torch_distributed_nn_with_torch()
 _run_the_next_sitecustomize()
