@@ -42,6 +42,10 @@ RANKS = """
         os.kill(os.getpid(), signal.SIGKILL)
     if sys.argv[2] == "hang":
         time.sleep(300)
+    if rank == 0 and sys.argv[2] == "kill":
+        # Not a collective: Gloo would raise "Connection closed by peer" here at once, and on a
+        # busy machine that error could beat mpiexec, which kills this rank for rank 1's signal.
+        time.sleep(60)
     dist.all_reduce(total)  # rank 0 waits here for a rank 1 that failed
     dist.destroy_process_group()
 """.replace("import os, sys, time", "import os, signal, sys, time")
