@@ -1,8 +1,11 @@
 """What hardware is here, and how the course uses it.
 
-Every lesson makes the same decision: with one CUDA GPU per process, train on ``cuda:LOCAL_RANK``
-with NCCL; otherwise train on the CPU with Gloo and split the CPU cores between the processes.
-This module makes that decision in one place so that notebooks can print it and explain why,
+Every lesson script makes the same decision by itself: where it sees a CUDA GPU, NCCL, each
+process on a GPU of its own (``cuda:LOCAL_RANK`` when it sees all of the machine's GPUs,
+``cuda:0`` when the launcher gave it only its own); with no GPU, Gloo on the CPU, the CPU cores
+split between the processes; ``DDP_BACKEND`` overrides. ``plan`` decides for a launch from this
+kernel, which sees every GPU of the machine: NCCL with a GPU for every process, else Gloo, passed
+to the scripts as ``DDP_BACKEND`` where their own rule would pick NCCL. Notebooks print it and why;
 and it also decides how large the lessons' experiments are (``course_sizes``), so that the whole
 series runs in minutes on a 2-core laptop and at full size on GPUs.
 """
@@ -58,6 +61,11 @@ class Plan:
     device_type: str
     threads_per_process: int
     reason: str
+    backend_set: bool = False  # the scripts' own rule would choose otherwise: pass DDP_BACKEND
+
+    def env(self) -> dict[str, str]:
+        """What a launch must give the scripts so that they run as planned (shown with it)."""
+        return {"DDP_BACKEND": self.backend} if self.backend_set else {}
 
     def summary(self) -> str:
         where = (
@@ -109,6 +117,13 @@ def default_nproc_per_node(hw: Hardware | None = None) -> int:
     return hw.cuda_gpus if hw.cuda_gpus > 0 else 2
 
 
+def script_backend(gpus: int) -> str:
+    """The backend a lesson script picks by itself (``DDP_BACKEND`` unset): NCCL where it sees a
+    GPU. One GPU it takes as its own (``cuda:0``: a launcher may give each process one); with
+    several but fewer than its machine's processes, its own check stops it."""
+    return "nccl" if gpus > 0 else "gloo"
+
+
 def plan(nproc_per_node: int | None = None, backend: str | None = None,
          hw: Hardware | None = None) -> Plan:
     """Choose backend and device for ``nproc_per_node`` processes on this machine.
@@ -138,22 +153,25 @@ def plan(nproc_per_node: int | None = None, backend: str | None = None,
                 f"but {hw.cuda_gpus} GPU(s) are visible. Use nproc_per_node<={hw.cuda_gpus} "
                 "or backend='gloo'."
             )
+    asked = backend is not None
     if backend is None:
         backend = "nccl" if enough_gpus and hw.nccl_available else "gloo"
+    backend_set = asked or backend != script_backend(hw.cuda_gpus)
     if backend == "nccl":
         reason = f"{hw.cuda_gpus} CUDA GPU(s) for {n} process(es): one GPU each, NCCL between them."
-        return Plan(n, "nccl", "cuda", max(1, hw.cpu_cores // n), reason)
+        return Plan(n, "nccl", "cuda", max(1, hw.cpu_cores // n), reason, backend_set)
     if hw.cuda_gpus == 0:
         reason = "no CUDA GPU is visible, so every process trains on the CPU and talks over Gloo."
     elif not enough_gpus:
         reason = (f"{n} processes but only {hw.cuda_gpus} GPU(s): NCCL needs one GPU per process, "
-                  "so the processes share the CPU and talk over Gloo.")
+                  "so the processes share the CPU and talk over Gloo (DDP_BACKEND=gloo: a script "
+                  "that sees a GPU would otherwise pick NCCL and stop).")
     else:
         reason = "Gloo on the CPU was asked for."
     threads = max(1, hw.cpu_cores // n)
     reason += (f" The {hw.cpu_cores} CPU core(s) are split between the processes: "
                f"{threads} thread(s) each, so they do not fight over cores.")
-    return Plan(n, "gloo", "cpu", threads, reason)
+    return Plan(n, "gloo", "cpu", threads, reason, backend_set)
 
 
 def threads_per_process(local_world_size: int | None = None) -> int:

@@ -112,7 +112,7 @@ def launch(
         raise ValueError(f"launcher must be one of {LAUNCHERS}, got {launcher!r}")
     run_dir, metrics_file = _prepare_run_dir(script, run_dir)
 
-    child_env = _child_env(env, backend, metrics_file, max_restarts)
+    child_env = _child_env(env, plan, metrics_file, max_restarts)
     if launcher == "mpiexec":
         agent = _mpiexec(script, args, plan.nproc_per_node, run_dir, child_env)
     else:
@@ -164,7 +164,7 @@ def launch_nodes(
     run_dir, metrics_file = _prepare_run_dir(script, run_dir)
 
     endpoint = f"127.0.0.1:{_free_port()}"
-    base_env = _child_env(env, plan.backend, metrics_file, max_restarts)
+    base_env = _child_env(env, plan, metrics_file, max_restarts)
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     agents = []
     for node in range(nnodes):
@@ -195,7 +195,6 @@ def _agent(script: Path, args: Sequence, nproc_per_node: int, nnodes: int,
 
 # mpiexec labels each piece of a rank's output as torchrun labels its lines (Hydra's option).
 MPIEXEC_RANK_LABEL = "[rank%r]: "
-MPIEXEC_ENV = ("MASTER_ADDR", "MASTER_PORT")  # shown before the command: they change what it does
 
 
 def _mpiexec(script: Path, args: Sequence, nproc: int, run_dir: Path,
@@ -271,10 +270,22 @@ def _run(script: Path, agents: list[Agent], run_dir: Path, metrics_file: Path, t
     return result
 
 
+# What a launch adds to its workers' environment for the notebook alone: where the metrics,
+# stacks and error records go, the rank labels, unbuffered output (and OMP_NUM_THREADS=1, which
+# torchrun sets itself for two processes or more, and every script overrides with
+# torch.set_num_threads where it trains on the CPU). Every other variable it sets
+# or changes (DDP_BACKEND, the caller's env, the store and rendezvous settings) changes what a
+# rank does, so it is printed in front of the command.
+NOTEBOOK_ONLY_ENV = frozenset({
+    "PYTHONPATH", "PYTHONUNBUFFERED", "OMP_NUM_THREADS", metrics.ENV_VAR, stacks.ENV_VAR,
+    failures.ENV_VAR, "DDP_WORKSHOP_RANK_ERRORS", *torchrun.supervision(Path()),
+})
+
+
 def _shown(agent: Agent) -> str:
     """The agent's command as a person types it, after the variables that change what it does."""
-    shown = MPIEXEC_ENV if agent.name == "mpiexec" else torchrun.OWN_STORE_ENV
-    settings = "".join(f"{k}={shlex.quote(agent.env[k])} " for k in shown if k in agent.env)
+    settings = "".join(f"{k}={shlex.quote(v)} " for k, v in sorted(agent.env.items())
+                       if k not in NOTEBOOK_ONLY_ENV and os.environ.get(k) != v)
     return f"{settings}{shlex.join(agent.typed)}"
 
 
@@ -333,7 +344,7 @@ def _new_run_dir(script: Path) -> Path:
     return Path("runs") / f"{script.stem}-{stamp}-{os.getpid()}-{_run_counter}"
 
 
-def _child_env(extra: Mapping[str, str] | None, backend: str | None, metrics_file: Path,
+def _child_env(extra: Mapping[str, str] | None, plan: hardware.Plan, metrics_file: Path,
                max_restarts: int) -> dict[str, str]:
     env = dict(os.environ)
     # Workers must import ddp_lib from the same place as this kernel does; worker_site's
@@ -347,8 +358,7 @@ def _child_env(extra: Mapping[str, str] | None, backend: str | None, metrics_fil
     # here every launch gets it, one process included, unless the caller set it.
     env.setdefault("OMP_NUM_THREADS", "1")
     env[metrics.ENV_VAR] = str(metrics_file)
-    if backend:
-        env["DDP_BACKEND"] = backend
+    env.update(plan.env())  # DDP_BACKEND where the scripts' own rule would choose otherwise
     env.update(torchrun.restart_env(max_restarts))  # see there; shown in the printed command
     env.update(extra or {})
     return env

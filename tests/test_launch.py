@@ -92,10 +92,11 @@ def test_launch_streams_ranks_and_collects_metrics(make_script, capsys):
     assert "[rank0] warning from rank 0" in shown.err
     # Without restarts the workers meet at the store torchrun serves them: nothing to set.
     assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in shown.out
-    # The command printed is the one a person types; the notebook's own settings (logs, rank
-    # labels) reach torchrun through its environment.
+    # The command printed is the one a person types, after every variable that changes what a
+    # rank does (the backend asked for, the caller's env); the notebook's own settings (logs,
+    # rank labels) reach torchrun through its environment.
     typed = f"torchrun --standalone --nproc-per-node=2 {script}"
-    assert shown.out.splitlines()[0] == f"$ {typed}"
+    assert shown.out.splitlines()[0] == f"$ DDP_BACKEND=gloo EXTRA=yes {typed}"
     assert result.command == typed.split()
     assert (result.run_dir / "torchrun").is_dir()  # torchrun's logs stay with the launch
 
