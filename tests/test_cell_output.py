@@ -7,6 +7,7 @@ because what a learner reads there is IPython's rendering of the exception, not 
 from __future__ import annotations
 
 import os
+import platform
 import re
 import time
 from pathlib import Path
@@ -90,6 +91,23 @@ def _shown(error: dict) -> list[str]:
     return ANSI.sub("", "\n".join(error["traceback"])).splitlines()
 
 
+# nanosleep and clock_nanosleep, by Linux's numbers for each processor
+SLEEP_CALLS = {"x86_64": {"35", "230"}, "aarch64": {"101", "115"}}.get(platform.machine())
+
+
+def _in_sleep_call(process: psutil.Process) -> bool:
+    """Whether a worker (not its torchrun agent) is blocked in a sleep system call now."""
+    try:
+        if "ddp_lib.agent" in " ".join(process.cmdline()):
+            return False
+        if SLEEP_CALLS is None:  # another processor: sleeping is as close as we can tell
+            return process.status() == psutil.STATUS_SLEEPING
+        with open(f"/proc/{process.pid}/syscall", encoding="ascii") as f:
+            return f.read().split()[0] in SLEEP_CALLS
+    except (OSError, IndexError, psutil.Error):
+        return False
+
+
 def _wait_for(condition, what: str, within: float = 60) -> None:
     deadline = time.monotonic() + within
     while not condition():
@@ -110,7 +128,11 @@ def test_a_failed_or_interrupted_launch_shows_its_message_without_library_frames
 
     make_script("sleeper.py", SLEEPER)
     client.execute(f"ddp_lib.launch('sleeper.py', args=[{str(workdir)!r}], nproc_per_node=2)")
-    _wait_for(lambda: len(list(workdir.glob("started.rank*"))) == 2, "both ranks to start")
+    # A marker says a rank got there, not that it is past the line that wrote it: wait until
+    # both ranks are blocked in time.sleep's system call, so that the stacks name that line.
+    _wait_for(lambda: len(list(workdir.glob("started.rank*"))) == 2 and len(
+        [p for p in processes_mentioning("sleeper.py") if _in_sleep_call(p)]) == 2,
+              "both ranks to sleep")
     manager.interrupt_kernel()  # the stop button
     reply = client.get_shell_msg(timeout=60)
     assert reply["content"]["status"] == "error"
