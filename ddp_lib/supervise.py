@@ -448,6 +448,13 @@ class _Echo:
         if self.bar is not None:
             if now - self.bar_drawn >= 1.0:  # the clock moves in seconds
                 self.bar_drawn = now
+                silent = now - self.last_line
+                if not self.rank_lines and silent >= self.SILENCE_S:
+                    # past start-up: the ranks were started and have printed nothing since
+                    self.bar.set_postfix_str(
+                        f"started, no line from the ranks for {silent:.0f} s (timeout "
+                        f"{self.timeout:g} s, {max(0.0, self.deadline - now):.0f} s left)",
+                        refresh=False)
                 self.bar.refresh()
             return
         silent = now - self.last_line

@@ -60,6 +60,15 @@ def test_a_quiet_launch_shows_progress_and_a_stale_result_is_refused(make_script
         result.require_current()
 
 
+def test_a_quiet_launch_whose_ranks_print_nothing_says_so(make_script, capsys):
+    script = make_script("silent.py", "import time\ntime.sleep(8)\n")
+    launch(script, nproc_per_node=2, stream=False, timeout=120)
+    err = capsys.readouterr().err.replace("\r", "\n")
+    assert "starting: each rank imports torch" in err  # at first
+    assert re.search(r"started, no line from the ranks for \d+ s \(timeout 120 s, \d+ s left\)",
+                     err), err
+
+
 @pytest.fixture
 def kernel(workdir: Path):
     """A Jupyter kernel (as the notebooks run in) whose working folder is the test's."""
