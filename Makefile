@@ -36,7 +36,7 @@ LEARNER_PINS := grep -vE "^(\#|($$(echo $(NOT_FOR_LEARNERS) | tr ' ' '|'))==)" r
 .PHONY: help setup lab lab-exercises run test test-browser lint browser bench compat wheelhouse exercises schedule clean
 
 help:
-	@echo "make setup   create the Python environment ($(VENV)), this clone installed in it"
+	@echo "make setup   create the shared packages' environment ($(VENV)) and this clone's .venv"
 	@echo "make lab     open the course in JupyterLab"
 	@echo "make lab-exercises   build the learners' edition and open it in JupyterLab"
 	@echo "make run     execute every notebook headless into build/ (notebooks and HTML pages)"
@@ -49,21 +49,23 @@ help:
 	@echo "make schedule   regenerate docs/schedule.md (the instructor's plan) from the notebooks"
 	@echo "make clean   remove build/, written scripts and run logs (keeps data/ and the environment)"
 
-# The project itself is installed too, editable, so that every Python of the environment (a
-# terminal, a job file, a torchrun worker) imports ddp_lib from the clone without PYTHONPATH. One
-# environment serves every clone with the same pins and an editable install points at one of
-# them, so every target that uses the environment runs setup, which asks where ddp_lib resolves
-# (a few milliseconds) and installs this clone again where it resolves elsewhere (a few seconds).
+# The project itself is installed, editable, in the clone's own small environment, .venv, which
+# sees the shared packages (workshop/clone_env.py says how): one clone's make never changes what
+# another clone imports, and `source .venv/bin/activate` gives a terminal (python, torchrun,
+# mpiexec, jupyter) this clone's ddp_lib. The shared environment holds no project at all; make's
+# own commands find this clone's through PYTHONPATH, above.
+CLONE_ENV := $(CURDIR)/.venv
 setup: $(READY)
-	@$(call install_project,$(VENV))
+	@"$(BIN)/python" workshop/clone_env.py "$(CLONE_ENV)"
+	@$(call install_project,$(CLONE_ENV))
 
 # pip builds the project with the environment's own setuptools (--no-build-isolation): there is
 # no build environment to fetch, so no network once the requirement is met. pyproject.toml's
 # [build-system] asks for the same (tests/test_project.py checks that they agree).
 BUILD_REQUIREMENT := setuptools>=70.1
 # $(call install_project,VENV). `python -I` ignores PYTHONPATH (this Makefile sets it) and the
-# working folder, so it finds ddp_lib where a job or another terminal would. pip is asked for
-# setuptools only where it is missing or older than 70.1, which brought its own bdist_wheel.
+# working folder, so it finds ddp_lib where a terminal would. pip is asked for setuptools only
+# where it is missing or older than 70.1, which brought its own bdist_wheel.
 install_project = "$(1)/bin/python" -I -c 'import importlib.util, os, sys; \
 	spec = importlib.util.find_spec("ddp_lib"); \
 	sys.exit(not spec or os.path.realpath(spec.origin) != os.path.realpath(sys.argv[1]))' \
@@ -189,7 +191,6 @@ compat: export DDP_WORKSHOP_DATASET ?= synthetic
 compat: export DDP_WORKSHOP_FULL_SIZE ?= 0
 compat: export CUDA_VISIBLE_DEVICES ?=
 compat: $(COMPAT_VENV)/.ready
-	@$(call install_project,$(COMPAT_VENV))
 	"$(COMPAT_VENV)/bin/python" ddp_lib/compat.py check
 	"$(COMPAT_VENV)/bin/python" -m pytest $(COMPAT_TESTS) --nbval-lax --nbval-current-env \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600 --durations=15

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
+import sys
 import tomllib
 from fnmatch import fnmatch
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,8 +36,9 @@ def test_requirements_pyproject_and_conda_pin_the_same_versions():
 
 
 def test_both_environments_install_the_project_itself():
-    """So that scripts, job files and terminals import ddp_lib without PYTHONPATH; make builds it
-    with the environment's own setuptools, the one pyproject.toml asks for."""
+    """So that scripts, job files and terminals import ddp_lib without PYTHONPATH (make: into the
+    clone's own .venv); make builds it with the environment's own setuptools, the one
+    pyproject.toml asks for."""
     makefile = (ROOT / "Makefile").read_text()
     (requirement,) = re.findall(r"^BUILD_REQUIREMENT := (\S+)$", makefile, flags=re.MULTILINE)
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -64,3 +71,35 @@ def test_readme_lists_every_notebook():
     readme = (ROOT / "README.md").read_text()
     for notebook in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         assert notebook.name in readme, f"README does not mention {notebook.name}"
+
+
+def _own_ddp_lib(clone: Path) -> str:
+    """Where the clone's environment imports ddp_lib from, as a terminal would (no PYTHONPATH)."""
+    done = subprocess.run([str(clone / ".venv" / "bin" / "python"), "-I", "-c",
+                           "import ddp_lib; print(ddp_lib.__file__)"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@pytest.mark.skipif(not (Path(sys.prefix) / ".ready").is_file(),
+                    reason="needs the course's shared environment, made by `make setup`")
+def test_two_clones_each_import_their_own_ddp_lib(tmp_path):
+    """Two clones share the packages, never the project: each clone's make installs it into the
+    clone's own .venv, and deleting one clone leaves the other whole."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MAKEFLAGS", "MFLAGS")}
+    clones = [tmp_path / "first", tmp_path / "second"]
+    for clone in clones:
+        subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True, timeout=120)
+        subprocess.run(["make", "--no-print-directory", "setup", f"VENV={sys.prefix}"], cwd=clone,
+                       env=env, check=True, capture_output=True, timeout=300)
+    for clone in clones:
+        assert _own_ddp_lib(clone) == str(clone / "ddp_lib" / "__init__.py")
+    shutil.rmtree(clones[1])
+    assert _own_ddp_lib(clones[0]) == str(clones[0] / "ddp_lib" / "__init__.py")
+    torchrun = subprocess.run(  # a terminal's torchrun: its workers see this clone too
+        [str(clones[0] / ".venv" / "bin" / "torchrun"), "--standalone", "--nproc-per-node=1",
+         "--no-python", "python", "-I", "-c", "import ddp_lib; print(ddp_lib.__file__)"],
+        env={**env, "PATH": f"{clones[0] / '.venv' / 'bin'}{os.pathsep}{env['PATH']}"},
+        capture_output=True, text=True, timeout=120)
+    assert torchrun.stdout.strip() == str(clones[0] / "ddp_lib" / "__init__.py"), torchrun.stderr

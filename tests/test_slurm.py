@@ -5,7 +5,7 @@ file in a temporary folder (``SLURM_CONF`` points there), submits
 ``ddp_lib.cluster.slurm_script`` with ``sbatch --wait`` and reads the job's log. The job is
 submitted as a learner would, from a shell with the course's environment activated and no
 ``PYTHONPATH``: its script imports ``ddp_lib`` as the lessons' scripts do, from the project that
-``make setup`` installed into the environment. Each slurmd
+``make setup`` installed into the clone's own environment, ``.venv``. Each slurmd
 runs as a machine of its own would: its own host name and an /etc/hosts naming both nodes
 (UTS and mount namespaces), so ``$HEAD_NODE`` resolves exactly as on a cluster. Slurm is
 installed from the distribution's packages when missing (root and apt-get needed); elsewhere the
@@ -23,7 +23,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -39,6 +38,15 @@ TOOLS = ["munged", "slurmctld", "slurmd", "sbatch", "scontrol", "sinfo", "unshar
 NODES = {"n1": "127.0.0.2", "n2": "127.0.0.3"}
 JOB_TIMEOUT_S = 240
 LIBRARY = Path(__file__).resolve().parents[1] / "ddp_lib"  # this clone's
+CLONE_ENV = LIBRARY.parent / ".venv"  # make setup's: the shared packages and this clone
+
+
+def activated(slurm: dict[str, str]) -> dict[str, str]:
+    """Slurm's environment as after ``source .venv/bin/activate``, as a learner submits."""
+    if not (CLONE_ENV / "bin" / "python").exists():
+        pytest.skip(f"no {CLONE_ENV}: run make setup first")
+    return {**slurm, "PATH": f"{CLONE_ENV / 'bin'}{os.pathsep}{slurm['PATH']}",
+            "VIRTUAL_ENV": str(CLONE_ENV)}
 LESSON_10 = Path(__file__).resolve().parents[1] / "notebooks" / "10_hpc_launchers.ipynb"
 
 JOB = """
@@ -233,11 +241,10 @@ def test_generated_script_runs_on_two_slurm_nodes(slurm: dict[str, str], tmp_pat
                                           nproc_per_node=1, job_name="ddp-test",
                                           time_limit="5", port=rendezvous_port,
                                           workdir=str(tmp_path)))
-    # As a user does: activate the Python environment, then submit; sbatch hands this
+    # As a user does: activate the clone's environment, then submit; sbatch hands this
     # environment to every node. Nothing points Python at this clone: the job finds ddp_lib
-    # where the environment installed it.
-    env = {**slurm, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{slurm['PATH']}",
-           "VIRTUAL_ENV": sys.prefix, "OMP_NUM_THREADS": "1"}
+    # where make setup installed it.
+    env = {**activated(slurm), "OMP_NUM_THREADS": "1"}
     for variable in ("PYTHONPATH", "MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME"):
         env.pop(variable, None)
     try:
@@ -332,8 +339,7 @@ def test_lesson_10_script_runs_unchanged_under_srun_and_mpiexec(slurm: dict[str,
     log, metrics_file = tmp_path / "anywhere.out", tmp_path / "metrics.jsonl"
     batch = tmp_path / "anywhere.sbatch"
     batch.write_text(ANYWHERE_BATCH.format(log=log, workdir=tmp_path, ports=free_ports(2)))
-    env = {**slurm, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{slurm['PATH']}",
-           "VIRTUAL_ENV": sys.prefix, "OMP_NUM_THREADS": "1",
+    env = {**activated(slurm), "OMP_NUM_THREADS": "1",
            "DDP_WORKSHOP_DATASET": "synthetic", metrics.ENV_VAR: str(metrics_file)}
     # torchrun's variables, left in this environment, would win over srun's and mpiexec's.
     for variable in ("MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME", "DDP_BACKEND", "RANK",
