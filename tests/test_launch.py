@@ -101,6 +101,29 @@ def test_launch_streams_ranks_and_collects_metrics(make_script, capsys):
     assert (result.run_dir / "torchrun").is_dir()  # torchrun's logs stay with the launch
 
 
+def test_the_printed_command_pasted_in_a_terminal_gives_the_same_run(make_script, workdir,
+                                                                     capsys):
+    """What a cell prints after ``$`` is the whole run: the same line in a shell, in the same
+    folder, with the course's environment on the PATH, makes the ranks print the same lines."""
+    script = make_script("allreduce.py", ALL_REDUCE)
+    result = launch(script, nproc_per_node=2, backend="gloo", env={"EXTRA": "yes"}, timeout=120)
+    printed = capsys.readouterr().out.splitlines()[0]
+    assert printed.startswith("$ ")
+    terminal = {k: v for k, v in os.environ.items()
+                if k not in ("DDP_BACKEND", "EXTRA", "OMP_NUM_THREADS")}
+    terminal["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{terminal['PATH']}"
+    pasted = subprocess.run(["bash", "-c", printed[2:]], cwd=workdir, env=terminal,
+                            capture_output=True, text=True, timeout=120)
+    assert pasted.returncode == 0, pasted.stderr
+    for rank in (0, 1):
+        assert f"rank {rank} of 2 got 3" in pasted.stdout
+        assert f"rank {rank} of 2 got 3" in result.output(rank)
+    assert pasted.stdout.count("backend=gloo extra=yes") == 2, pasted.stdout
+    for rank in (0, 1):  # outside a launch, report() prints what a launch collects
+        assert f"[metric] rank={rank} step={rank} sum=3" in pasted.stdout, pasted.stdout
+        assert result.metric("sum", rank=rank) == [(rank, 3.0)]
+
+
 def test_failing_rank_ends_launch_promptly_and_is_named(make_script):
     script = make_script("fails.py", RANK1_FAILS)
     start = time.monotonic()
