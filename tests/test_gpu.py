@@ -9,13 +9,17 @@ and its wall time goes to ``build/gpu/notebook_times.json`` for ``docs/benchmark
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from ddp_lib import launch
+from ddp_lib import launch, metrics, scripts
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -51,6 +55,58 @@ def test_nccl_all_reduce_on_every_gpu(make_script):
     total = GPUS * (GPUS + 1) / 2
     for rank in range(GPUS):
         assert f"rank {rank} on cuda:{rank}: {total:g}" in result.output(rank)
+
+
+# What a site's wrapper does on an HPC node (ALCF's set_affinity_gpu_polaris.sh, say): each rank
+# sees one GPU, its own, and CUDA numbers it 0.
+BIND_ONE_GPU = 'export CUDA_VISIBLE_DEVICES=$LOCAL_RANK\nexec "$@"\n'
+
+
+def test_lesson_05_trains_with_nccl_when_each_rank_sees_only_its_own_gpu(tmp_path):
+    """The lessons' device rule on a GPU node that binds a GPU to each rank: NCCL on cuda:0 in
+    every rank (NCCL's own log names the device), never Gloo on the CPU."""
+    scripts.from_notebook(ROOT / "notebooks" / "05_ddp.ipynb", "train_ddp.py",
+                          directory=tmp_path, quiet=True)
+    (tmp_path / "bind_one_gpu.sh").write_text(BIND_ONE_GPU)
+    metrics_file = tmp_path / "metrics.jsonl"
+    env = {**os.environ, "NCCL_DEBUG": "INFO", metrics.ENV_VAR: str(metrics_file),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env.pop("DDP_BACKEND", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone",
+         f"--nproc-per-node={GPUS}", "--no-python", "sh", "bind_one_gpu.sh", sys.executable,
+         "train_ddp.py", "--epochs", "1", "--train-samples", "2048", "--test-samples", "512",
+         "--checkpoint", str(tmp_path / "bound.pt")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    devices = re.findall(r"rank (\d+) nranks \d+ cudaDev (\d+)", done.stdout + done.stderr)
+    assert {rank for rank, _ in devices} == {str(r) for r in range(GPUS)}, devices
+    assert {device for _, device in devices} == {"0"}, "each rank's only GPU is its cuda:0"
+    weights = {r["rank"]: r["sha256"] for r in metrics.read(metrics_file)
+               if r["name"] == "weights_sum"}
+    assert sorted(weights) == list(range(GPUS)) and len(set(weights.values())) == 1
+
+
+def test_more_processes_than_gpus_train_on_the_cpu_only_when_asked(tmp_path, monkeypatch,
+                                                                   capsys):
+    """More processes than GPUs: a launch from a notebook plans Gloo and says so in the command
+    it prints; the same script under plain torchrun stops with the rule's message (several
+    GPUs) or NCCL's refusal of two ranks on one GPU (one GPU)."""
+    scripts.from_notebook(ROOT / "notebooks" / "00_setup.ipynb", "hello_allreduce.py",
+                          directory=tmp_path, quiet=True)
+    monkeypatch.chdir(tmp_path)
+    nproc = GPUS + 1
+    result = launch("hello_allreduce.py", nproc_per_node=nproc, timeout=120)
+    assert capsys.readouterr().out.startswith("$ DDP_BACKEND=gloo torchrun ")
+    assert all("on cpu, backend gloo" in result.output(rank) for rank in range(nproc))
+    env = {k: v for k, v in os.environ.items() if k != "DDP_BACKEND"}
+    plain = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                            f"--nproc-per-node={nproc}", "hello_allreduce.py"], env=env,
+                           capture_output=True, text=True, timeout=180)
+    assert plain.returncode != 0
+    expected = ("GPUs for more processes: one per GPU, or DDP_BACKEND=gloo" if GPUS > 1
+                else "Duplicate GPU detected")
+    assert expected in plain.stdout + plain.stderr, plain.stderr[-3000:]
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
