@@ -44,6 +44,13 @@ HEAD_NODE = "$HEAD_NODE"  # the batch scripts' (Slurm, PBS) variable for the fir
 SLURM_JOB_ID = "$SLURM_JOB_ID"
 PBS_JOB_ID = "$PBS_JOBID"
 PBS_LAUNCHERS = ("mpiexec", "torchrun")
+# How each mpiexec binds a process to CPU cores, and where it puts the local rank:
+# MPICH's (Hydra: -bind-to core:N), HPE Cray's (PALS, as on ALCF's Polaris and Aurora).
+PBS_MPIS = {"mpich": (["-bind-to", "core:{depth}"], "MPI_LOCALRANKID"),
+            "pals": (["--cpu-bind", "depth", "--depth", "{depth}"], "PMI_LOCAL_RANK")}
+# The batch script's port when none is given: from the job's number (PBS_JOBID, 1234.server).
+PBS_PORT_FROM_JOB = ["JOB_NUMBER=${PBS_JOBID%%[!0-9]*}  # 1234 of 1234.server or 1234[5].server",
+                     "PORT=$((20000 + JOB_NUMBER % 10000))"]
 
 # An RFC 1035 label: both operators name Services after the job, and a Service's name is one.
 _K8S_NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
@@ -185,7 +192,8 @@ def pbs_script(
     args: Sequence[str | int | float] = (),
     job_name: str = "ddp-workshop",
     walltime: str = "00:30:00",
-    port: int = 29500,
+    port: int | None = None,
+    mpi: Literal["mpich", "pals"] | None = None,
     queue: str | None = None,
     account: str | None = None,
     filesystems: Sequence[str] = (),
@@ -212,6 +220,18 @@ def pbs_script(
       variables as well (there ``PMI_RANK`` is the machine's index), so a script that maps
       them must prefer torchrun's ``RANK``.
 
+    With ``mpi`` named, the ``mpiexec`` form also pins each process, as HPC centres' job files
+    do (ALCF's for Polaris: ``--cpu-bind depth --depth N`` and ``set_affinity_gpu_polaris.sh``):
+    to ``cpus_per_node / nproc_per_node`` CPU cores of its own, in that MPI's words, and on a
+    GPU machine to one GPU, its local rank's, through ``CUDA_VISIBLE_DEVICES`` (the script then
+    sees one GPU and trains on ``cuda:0``). The two MPIs spell the binding and the local rank
+    differently, so a job without ``mpi`` leaves both out: every process sees all the
+    machine's GPUs and takes its local rank's.
+
+    The store (or rendezvous) port is, unless ``port`` is given, taken from the job's number:
+    two jobs that share the first machine get different ports unless their numbers differ by a
+    multiple of 10000; a fixed port is safe only on machines that the job has to itself.
+
     The text is checked here and its body runs with MPICH's ``mpiexec`` on one machine that
     plays the nodes (``tests/test_pbs.py``). Only a real PBS server checks, at ``qsub``, what
     is site-specific: that the queue exists and admits this many nodes for this long, that the
@@ -230,7 +250,10 @@ def pbs_script(
         args: the script's own arguments.
         job_name: the name ``qstat`` shows; the log is ``NAME.oNUMBER``.
         walltime: wall-time limit, ``[[hours:]minutes:]seconds``, e.g. ``"00:30:00"``.
-        port: on the first machine, the group's store (mpiexec) or the rendezvous (torchrun).
+        port: on the first machine, the group's store (mpiexec) or the rendezvous (torchrun);
+            ``None``: 20000 + the job's number modulo 10000.
+        mpi: the site's mpiexec, ``"mpich"`` (Hydra) or ``"pals"`` (HPE Cray), to bind each
+            process to its CPU cores and GPU (mpiexec form); ``None``: no binding.
         queue: the PBS queue (``-q``); ``None``: the server's default.
         account: the project whose allocation is charged (``-A``); ``None``: the user's default.
         filesystems: the file systems the job needs (ALCF's ``-l filesystems``, e.g.
@@ -242,10 +265,13 @@ def pbs_script(
     check_int("gpus_per_node", gpus_per_node, low=0)
     check_int("cpus_per_node", cpus_per_node, low=1)
     nproc = _nproc_for(nproc_per_node, gpus_per_node)
-    check_port(port)
+    if port is not None:
+        check_port(port)
     check_int("max_restarts", max_restarts, low=0)
     if launcher not in PBS_LAUNCHERS:
         raise ValueError(f"launcher must be one of {PBS_LAUNCHERS}, got {launcher!r}")
+    if mpi is not None and mpi not in PBS_MPIS:
+        raise ValueError(f"mpi must be one of {tuple(PBS_MPIS)} or None, got {mpi!r}")
     if launcher == "mpiexec" and max_restarts:
         raise ValueError("max_restarts needs launcher='torchrun': mpiexec restarts nothing")
     _check_script(script)
@@ -262,6 +288,7 @@ def pbs_script(
                          f"['home', 'eagle'], got {filesystems!r}")
 
     world = nodes * nproc
+    port_word = "$PORT" if port is None else str(port)
     per_node = nproc if launcher == "mpiexec" else 1  # the processes mpiexec starts on each
     chunk = ":".join([f"ncpus={cpus_per_node}",
                       *([f"ngpus={gpus_per_node}"] if gpus_per_node else []),
@@ -300,36 +327,61 @@ def pbs_script(
         "",
         "# $PBS_NODEFILE lists the job's machines, one line per process that mpiexec starts,",
         "# the machine running this script first: it hosts the "
-        + ("group's store." if launcher == "mpiexec" else "rendezvous."),
+        + ("group's store" if launcher == "mpiexec" else "rendezvous")
+        + ", under the name the node",
+        "# file gives it, which the other machines reach it by.",
         'HEAD_NODE=$(head -n 1 "$PBS_NODEFILE")',
+        *(["# Its port, from the job's number, so that two jobs on this machine do not pick the",
+           "# same one; below the ports Linux gives outgoing connections (32768 and up).",
+           *PBS_PORT_FROM_JOB] if port is None else []),
         f'echo "job $PBS_JOBID on $(uniq "$PBS_NODEFILE" | paste -sd " " -); '
-        f'{"store" if launcher == "mpiexec" else "rendezvous"} at $HEAD_NODE:{port}"',
+        f'{"store" if launcher == "mpiexec" else "rendezvous"} at $HEAD_NODE:{port_word}"',
         "",
-        *(_pbs_mpiexec_lines(script, nodes=nodes, nproc=nproc, port=port, args=args)
+        *(_pbs_mpiexec_lines(script, nodes=nodes, nproc=nproc, port=port_word, args=args,
+                             mpi=mpi, depth=max(1, cpus_per_node // nproc),
+                             gpus=bool(gpus_per_node))
           if launcher == "mpiexec" else
-          _pbs_torchrun_lines(script, nodes=nodes, nproc=nproc, port=port, args=args,
+          _pbs_torchrun_lines(script, nodes=nodes, nproc=nproc, port=port_word, args=args,
                               max_restarts=max_restarts)),
         "",
     ]
     return "\n".join(lines)
 
 
-def _pbs_mpiexec_lines(script, *, nodes: int, nproc: int, port: int,
-                       args: Sequence[str | int | float]) -> list[str]:
+def _pbs_mpiexec_lines(script, *, nodes: int, nproc: int, port: str,
+                       args: Sequence[str | int | float], mpi: str | None, depth: int,
+                       gpus: bool) -> list[str]:
     """mpiexec starts every process; the script maps mpiexec's variables onto torch's."""
-    words = ["mpiexec", "-n", str(nodes * nproc), "--ppn", str(nproc),
-             "python", os.fspath(script), *torchrun.script_args(args)]
-    return [
+    lines = [
         f"# mpiexec starts {nproc} process(es) on each machine and tells each its rank in its",
         "# own variables (PMI_RANK, PMI_SIZE, a local rank), which the script maps onto",
         "# torch's. Rank 0 serves the group's store at MASTER_ADDR:MASTER_PORT. mpiexec hands",
         "# this environment to every process, on every machine.",
-        f"export MASTER_ADDR={HEAD_NODE} MASTER_PORT={port}",
-        " ".join(_shell_word(word) for word in words),
     ]
+    mpiexec = ["mpiexec", "-n", str(nodes * nproc), "--ppn", str(nproc)]
+    command = ["python", os.fspath(script), *torchrun.script_args(args)]
+    if mpi is None:
+        return [*lines, f"export MASTER_ADDR={HEAD_NODE} MASTER_PORT={port}",
+                " ".join(_shell_word(word) for word in [*mpiexec, *command])]
+    binding, local_rank = PBS_MPIS[mpi]
+    binding = [word.format(depth=depth) for word in binding]
+    lines.append(f"# Each process gets {depth} CPU core(s) of its own ({' '.join(binding)})"
+                 + (" and one GPU, its" if gpus else "."))
+    parts = [" ".join([*mpiexec, *binding])]
+    if gpus:  # bash names the process's GPU, then becomes it (exec)
+        lines += [f"# local rank's: bash sets CUDA_VISIBLE_DEVICES=${local_rank}, then becomes "
+                  "python (exec), as",
+                  "# ALCF's set_affinity_gpu_polaris.sh does; the script then sees one GPU, "
+                  "cuda:0."]
+        parts.append(" ".join(_shell_word(word) for word in [
+            "bash", "-c", f'export CUDA_VISIBLE_DEVICES=${local_rank}; exec "$@"',
+            "gpu-per-process"]))
+    parts.append(" ".join(_shell_word(word) for word in command))
+    return [*lines, f"export MASTER_ADDR={HEAD_NODE} MASTER_PORT={port}",
+            " \\\n    ".join(parts)]
 
 
-def _pbs_torchrun_lines(script, *, nodes: int, nproc: int, port: int,
+def _pbs_torchrun_lines(script, *, nodes: int, nproc: int, port: str,
                         args: Sequence[str | int | float], max_restarts: int) -> list[str]:
     """One torchrun per machine, started by mpiexec: the Slurm script's command."""
     command = torchrun_command(script, nnodes=nodes, nproc_per_node=nproc,
