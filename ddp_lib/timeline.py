@@ -14,7 +14,10 @@ notebook can draw who did what when (``plots.timelines``) and add up where a ste
   loop's ``backward`` span, so backward is taken to be the kernels between forward and the
   optimizer;
 - ``autograd::engine::evaluate_function: ...``: gradient computations; after the last one, a
-  ``backward`` that has not returned is waiting for the last buckets' all-reduce.
+  ``backward`` that has not returned is waiting for the last buckets' all-reduce;
+- ``c10d::...``: the collectives the program asked for, whatever the backend, with their
+  tensors' shapes and types when the profiler ran with ``record_shapes=True``
+  (``collective_counts``, ``collective_bytes``).
 """
 
 from __future__ import annotations
@@ -174,6 +177,61 @@ def collective_counts(trace: dict | str | os.PathLike) -> dict[str, float]:
                 start <= e["ts"] < end for start, end in steps):
             counts[e["name"]] += 1 / len(steps)
     return dict(sorted(counts.items()))
+
+
+# Bytes per element of the types that ``record_shapes=True`` writes into a trace
+ITEM_BYTES = {"double": 8, "float": 4, "c10::BFloat16": 2, "c10::Half": 2, "long int": 8,
+              "int": 4, "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1}
+
+
+def collective_bytes(trace: dict | str | os.PathLike) -> dict[str, float]:
+    """Bytes of each collective's buffer per recorded step (mean), by ``c10d::`` name.
+
+    The buffer is a collective's largest tensor: the one an all-reduce or a broadcast works on,
+    the output of an all-gather (every rank's shard), the input of a reduce-scatter. Its shape
+    and type are in the trace when the profiler ran with ``record_shapes=True``. Ops that take
+    a list of tensors (``c10d::allreduce_``, ``c10d::broadcast_``) record no element type: it is
+    read from the backend's span that ran them (``gloo:...``, the first with the same shape that
+    starts after the op). These are the bytes the program asked to move; what each rank sends
+    on the wire also depends on the algorithm (a ring all-reduce sends each byte about twice).
+    """
+    if not isinstance(trace, dict):
+        trace = json.loads(Path(trace).read_text(encoding="utf-8"))
+    events = _events(trace)
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events
+             if e["name"].startswith("ProfilerStep#") and e.get("cat") != "gpu_user_annotation"]
+    if not steps:
+        raise ValueError("the trace has no ProfilerStep: was profiler.step() called after every "
+                         "training step, and did the run reach the active steps?")
+    backend = sorted((e for e in events if e["name"].startswith(("gloo:", "nccl:", "mpi:"))),
+                     key=lambda e: e["ts"])
+    total: dict[str, float] = defaultdict(float)
+    for e in events:
+        if not e["name"].startswith("c10d::") or not any(
+                start <= e["ts"] < end for start, end in steps):
+            continue
+        args = e.get("args", {})
+        if "Input Dims" not in args:
+            raise ValueError(f"{e['name']} has no shapes: record the trace with "
+                             "torch.profiler.profile(..., record_shapes=True)")
+        tensors = []  # (shape, type or None where the trace does not say)
+        for dims, kind in zip(args["Input Dims"], args["Input type"], strict=True):
+            if kind == "TensorList":
+                tensors += [(shape, None) for shape in dims]
+            elif kind in ITEM_BYTES:
+                tensors.append((dims, kind))
+        if not tensors:
+            continue
+        shape, kind = max(tensors, key=lambda t: math.prod(t[0]))
+        if kind is None:
+            kind = next((b["args"]["Input type"][0] for b in backend
+                         if b["ts"] >= e["ts"] and b.get("args", {}).get("Input Dims") == [shape]),
+                        None)
+            if kind not in ITEM_BYTES:
+                raise ValueError(f"no backend span with the shape {shape} of {e['name']} tells "
+                                 "its element type")
+        total[e["name"]] += math.prod(shape) * ITEM_BYTES[kind] / len(steps)
+    return dict(sorted(total.items()))
 
 
 def read_traces(directory: str | os.PathLike) -> list[Span]:

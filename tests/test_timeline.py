@@ -124,6 +124,42 @@ def test_collectives_are_counted_per_step_as_asked_and_as_run(tmp_path):
         timeline.collective_counts(tmp_path / "rank0.json")
 
 
+def test_collective_bytes_are_each_buffer_as_the_trace_records_it(tmp_path):
+    # Per step: an all-gather of 2 x 100 fp32 elements (output 200), a bf16 reduce-scatter of
+    # 200 elements (input), and an all-reduce of a list of one tensor, whose type is the one of
+    # the Gloo span with its shape that follows it (not the earlier one with another shape).
+    def shapes(dims, types):
+        return {"Input Dims": dims, "Input type": types}
+
+    events = []
+    for t0 in (100, 300):
+        events += [
+            event("ProfilerStep#3", t0, 100),
+            event("c10d::_allgather_base_", t0 + 10, 5, cat="cpu_op")
+            | {"args": shapes([[200], [100], [], []], ["float", "float", "", "Scalar"])},
+            event("c10d::_reduce_scatter_base_", t0 + 20, 5, cat="cpu_op")
+            | {"args": shapes([[100], [200], [], []],
+                              ["c10::BFloat16", "c10::BFloat16", "", "Scalar"])},
+            event("gloo:all_reduce", t0 + 25, 5, tid=GLOO)
+            | {"args": shapes([[50]], ["c10::Half"])},
+            event("c10d::allreduce_", t0 + 30, 5, cat="cpu_op")
+            | {"args": shapes([[[300]], [], []], ["TensorList", "", "Scalar"])},
+            event("gloo:all_reduce", t0 + 31, 5, tid=GLOO)
+            | {"args": shapes([[300]], ["double"])},
+        ]
+    write(tmp_path / "rank0.json", events)
+    assert timeline.collective_bytes(tmp_path / "rank0.json") == {
+        "c10d::_allgather_base_": 800, "c10d::_reduce_scatter_base_": 400,
+        "c10d::allreduce_": 2400}
+    write(tmp_path / "rank0.json", [e for e in events if e["name"] != "gloo:all_reduce"])
+    with pytest.raises(ValueError, match="element type"):
+        timeline.collective_bytes(tmp_path / "rank0.json")
+    write(tmp_path / "rank0.json", [event("ProfilerStep#3", 0, 100),
+                                    event("c10d::allreduce_", 10, 5, cat="cpu_op")])
+    with pytest.raises(ValueError, match="record_shapes=True"):
+        timeline.collective_bytes(tmp_path / "rank0.json")
+
+
 def test_a_trace_without_steps_says_what_to_check(tmp_path):
     write(tmp_path / "rank0.json", [event("forward", 0, 10)])
     with pytest.raises(ValueError, match="profiler.step"):
@@ -145,7 +181,7 @@ def test_a_real_ddp_trace_shows_forward_backward_and_one_all_reduce_per_bucket(t
         x, y = torch.randn(16, 8), torch.randint(0, 2, (16,))
         trace = tmp_path / "traces" / "rank0.json"
         trace.parent.mkdir()
-        with profile(activities=[ProfilerActivity.CPU],
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
                      schedule=schedule(wait=1, warmup=1, active=2, repeat=1),
                      on_trace_ready=lambda p: p.export_chrome_trace(str(trace))) as profiler:
             for _ in range(4):
@@ -168,3 +204,5 @@ def test_a_real_ddp_trace_shows_forward_backward_and_one_all_reduce_per_bucket(t
         assert kinds.count("all-reduce") == len(buckets), "one all-reduce per bucket"
     assert all(s.lane == timeline.COMMUNICATION for s in spans if s.kind == "all-reduce")
     assert timeline.step_breakdown(spans)[0]["communication"] > 0
+    gradient_bytes = sum(p.nbytes for p in layers.parameters())
+    assert timeline.collective_bytes(trace) == {"c10d::allreduce_": gradient_bytes}
