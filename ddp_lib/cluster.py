@@ -416,8 +416,15 @@ def pytorchjob_manifest(
     running the same ``torchrun`` command as the Slurm script. The operator sets
     ``MASTER_ADDR`` (the master pod's name) and ``MASTER_PORT`` (the container port named
     ``pytorchjob-port``) in every pod, and Kubernetes substitutes ``$(NAME)`` in a container's
-    command, so the rendezvous endpoint is ``$(MASTER_ADDR):$(MASTER_PORT)``. Write it with
-    :func:`to_yaml` and submit with ``kubectl apply -f FILE``.
+    command, so the rendezvous endpoint is ``$(MASTER_ADDR):$(MASTER_PORT)``. The operator also
+    sets ``RANK`` and ``WORLD_SIZE``, counting pods, and from its v1.7 the ``PET_*`` variables
+    that ``torchrun`` reads for options it is not given (``PET_NNODES``, ``PET_NODE_RANK``,
+    ``PET_MASTER_ADDR``, ``PET_MASTER_PORT``, ``PET_NPROC_PER_NODE``, ``auto`` by default);
+    the command names its rendezvous and sizes, so it stays on ``c10d``, where
+    ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE`` applies. Run:ai's ``runai submit-dist pytorch``
+    creates such a job: ``--workers`` Worker pods beside the Master, ``-g`` GPUs each (lesson
+    06 builds the command from this manifest). Write it with :func:`to_yaml` and submit with
+    ``kubectl apply -f FILE``.
 
     Args:
         script: the training script, relative to the image's working folder.

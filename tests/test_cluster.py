@@ -440,3 +440,31 @@ def test_jobs_with_restarts_give_every_attempt_its_own_store():
                                         max_restarts=1):
         remote = shlex.split(command)[2]
         assert remote.startswith("TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun ")
+
+
+def test_pytorchjob_command_stays_on_c10d_beside_the_operators_variables(monkeypatch):
+    """The training operator (v1.7 to v1.9) also sets PET_ variables in every pod, which torchrun
+    reads for the options it is not given. The command names its rendezvous and sizes, so a
+    worker pod's PET_NODE_RANK and PET_NPROC_PER_NODE=auto change nothing, and the job stays on
+    c10d, where TORCH_DISABLE_SHARE_RDZV_TCP_STORE applies (the static rendezvous ignores it)."""
+    from torch.distributed.run import parse_args
+
+    manifest = cluster.pytorchjob_manifest("train.py", nodes=3, gpus_per_node=4,
+                                           cpus_per_node=16, image="img", args=ARGS,
+                                           name="resnet", port=29500)
+    second_worker = {"MASTER_ADDR": "resnet-master-0", "MASTER_PORT": "29500", "RANK": "2",
+                     "WORLD_SIZE": "3", "PET_MASTER_ADDR": "resnet-master-0",
+                     "PET_MASTER_PORT": "29500", "PET_NODE_RANK": "2", "PET_NNODES": "3",
+                     "PET_NPROC_PER_NODE": "auto"}
+    for name, value in second_worker.items():
+        monkeypatch.setenv(name, value)
+    program, *words = manifest_command(manifest, "Worker")
+    options = parse_args(words)
+    assert program == "torchrun"
+    assert (options.rdzv_backend, options.rdzv_endpoint, options.rdzv_id) == (
+        "c10d", "$(MASTER_ADDR):$(MASTER_PORT)", "resnet")
+    assert (options.nnodes, options.nproc_per_node) == ("3", "4")
+    # Without its options, the same pod would run torchrun's static rendezvous from PET_*.
+    bare = parse_args(["train.py"])
+    assert (bare.rdzv_backend, bare.nnodes, int(bare.node_rank)) == ("static", "3", 2)
+    assert bare.nproc_per_node == "auto"
