@@ -234,6 +234,10 @@ wheelhouse:
 	$(PYTHON) -m pip download --quiet --disable-pip-version-check --only-binary=:all: \
 		--python-version "$(PY)" --platform "manylinux2014_$(PLATFORM)" \
 		--platform "manylinux_2_28_$(PLATFORM)" -d "$(WHEELHOUSE)" -r "$(WHEELHOUSE)/requirements.txt"
+	# Open MPI beside, not in requirements.txt: make setup installs it into a folder of its own.
+	$(PYTHON) -m pip download --quiet --disable-pip-version-check --only-binary=:all: --no-deps \
+		--python-version "$(PY)" --platform "manylinux_2_28_$(PLATFORM)" -d "$(WHEELHOUSE)" \
+		"$(OPEN_MPI)"
 	@echo "$$(ls "$(WHEELHOUSE)"/*.whl | wc -l) wheels, $$(du -sh "$(WHEELHOUSE)" | cut -f1) in $(WHEELHOUSE)/ for Python $(PY) on $(PLATFORM)"
 
 clean:

@@ -106,8 +106,9 @@ NOTES: dict[str, tuple[str, str]] = {
            "PBS? Where did Horovod's DistributedOptimizer and broadcast go in DDP?",
            "Every process of a machine taking the same rank: a script that reads `PMI_RANK` "
            "under `mpiexec --ppn 1 torchrun`, or `SLURM_PROCID` under `mpiexec` in a Slurm "
-           "job. Read torchrun's variables first and Slurm's last; and since mpiexec leaves "
-           "the others waiting when a rank exits, set a process-group timeout."),
+           "job. Read torchrun's variables first and Slurm's last, and stop on a launcher's "
+           "variables in part (`mpiexec -pmi-port`); since MPICH's mpiexec leaves the others "
+           "waiting when a rank exits (Open MPI's ends the job), set a process-group timeout."),
     "11": ("Why not FSDP everywhere? (It sends more than DDP: each layer's weights, forward and "
            "backward.) Why build the optimizer after fully_shard? Can a checkpoint from 8 GPUs "
            "resume on 4? (DCP: yes.)",
