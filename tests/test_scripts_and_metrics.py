@@ -152,8 +152,8 @@ def test_the_lesson_05_diff_check_finds_what_is_wrong(workdir):
     assert diff_problems(single, forgetful) == ["missing: sampler.set_epoch(epoch)"]
     workaround = ddp.replace("import torch.distributed as dist\n",
                              "import torch.distributed as dist\nimport torch.distributed.nn\n")
-    assert diff_problems(single, write_script("workaround.py", workaround, quiet=True)) == [
-        "not DDP: import torch.distributed.nn"]
+    assert "not DDP: import torch.distributed.nn" in diff_problems(  # and it counts one more
+        single, write_script("workaround.py", workaround, quiet=True))
     longer = ddp.replace("import time\n", "import time\n" + "x = 0\n" * 10)
     [problem] = diff_problems(single, write_script("longer.py", longer, quiet=True))
     assert problem.endswith("more than 60")
