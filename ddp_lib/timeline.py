@@ -155,14 +155,8 @@ def read_trace(trace: dict | str | os.PathLike, rank: int) -> tuple[list[Span], 
     return sorted(spans, key=lambda s: (s.lane, s.start)), origin
 
 
-def collective_counts(trace: dict | str | os.PathLike) -> dict[str, float]:
-    """How many of each collective one rank ran per recorded step (mean), by name, from its trace.
-
-    Two layers record them. ``c10d::`` ops are what the program asked torch.distributed for
-    (``c10d::allreduce_``, ``c10d::_allgather_base_``, ``c10d::_reduce_scatter_base_``...),
-    whatever the backend; ``gloo:`` spans are what Gloo then ran, which need not be the same
-    collective: torch's Gloo backend has no reduce-scatter and runs an all-reduce for each.
-    """
+def _events_and_steps(trace: dict | str | os.PathLike) -> tuple[list[dict], list[tuple]]:
+    """A trace's events, and the (start, end) of each recorded ProfilerStep."""
     if not isinstance(trace, dict):
         trace = json.loads(Path(trace).read_text(encoding="utf-8"))
     events = _events(trace)
@@ -171,6 +165,18 @@ def collective_counts(trace: dict | str | os.PathLike) -> dict[str, float]:
     if not steps:
         raise ValueError("the trace has no ProfilerStep: was profiler.step() called after every "
                          "training step, and did the run reach the active steps?")
+    return events, steps
+
+
+def collective_counts(trace: dict | str | os.PathLike) -> dict[str, float]:
+    """How many of each collective one rank ran per recorded step (mean), by name, from its trace.
+
+    Two layers record them. ``c10d::`` ops are what the program asked torch.distributed for
+    (``c10d::allreduce_``, ``c10d::_allgather_base_``, ``c10d::_reduce_scatter_base_``...),
+    whatever the backend; ``gloo:`` spans are what Gloo then ran, which need not be the same
+    collective: torch's Gloo backend has no reduce-scatter and runs an all-reduce for each.
+    """
+    events, steps = _events_and_steps(trace)
     counts: dict[str, float] = defaultdict(float)
     for e in events:
         if e["name"].startswith(("c10d::", "gloo:")) and any(
@@ -195,14 +201,7 @@ def collective_bytes(trace: dict | str | os.PathLike) -> dict[str, float]:
     starts after the op). These are the bytes the program asked to move; what each rank sends
     on the wire also depends on the algorithm (a ring all-reduce sends each byte about twice).
     """
-    if not isinstance(trace, dict):
-        trace = json.loads(Path(trace).read_text(encoding="utf-8"))
-    events = _events(trace)
-    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events
-             if e["name"].startswith("ProfilerStep#") and e.get("cat") != "gpu_user_annotation"]
-    if not steps:
-        raise ValueError("the trace has no ProfilerStep: was profiler.step() called after every "
-                         "training step, and did the run reach the active steps?")
+    events, steps = _events_and_steps(trace)
     backend = sorted((e for e in events if e["name"].startswith(("gloo:", "nccl:", "mpi:"))),
                      key=lambda e: e["ts"])
     total: dict[str, float] = defaultdict(float)
