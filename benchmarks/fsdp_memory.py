@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import torch
 
+import course_helpers
 import ddp_lib
 from benchmarks.common import ROOT, Table, build_dir, median
-from ddp_lib import hardware, messages, scripts
+from ddp_lib import messages, scripts
 
 STRATEGIES = {
     "ddp": "DDP",
@@ -104,7 +105,7 @@ def run(quick: bool = False) -> Table:
                 failed[strategy] = (why or str(error)).strip().splitlines()[0]
                 del found[strategy]
     parameters = depth * (width * width + width)
-    threads = hardware.threads_per_process(2)  # what the script's ranks take on this machine
+    threads = course_helpers.threads_per_process(2)  # what the script's ranks take on this machine
     notes = [
         f"MLP of {depth} layers {width} x {width} ({parameters / 1e6:.1f} M parameters, fp32, "
         f"AdamW), batch {batch} per process, {steps} steps per launch of which "

@@ -1,12 +1,13 @@
 """ddp_lib: the plumbing behind the ddp-workshop notebooks.
 
-It writes the lessons' scripts to disk, launches them under ``torchrun`` (or MPICH's
-``mpiexec``, lesson 10), streams and collects what they print and report, finds or makes the
-data, and draws figures. It never does the thing a lesson teaches: that code stays in the
-scripts, in plain PyTorch.
+It writes the lessons' scripts to disk, launches them under ``torchrun`` (or ``mpiexec``,
+lesson 10), streams and collects what they print and report, and draws figures. What the scripts
+themselves share (the data, the models, ``report``) is ``course_helpers``, beside this package,
+which needs torch and torchvision only. Neither does the thing a lesson teaches: that code stays
+in the scripts, in plain PyTorch.
 """
 
-from ddp_lib.hardware import detect, plan, threads_per_process
+from ddp_lib.hardware import detect, plan
 from ddp_lib.launch_result import (
     LaunchError,
     LaunchInterrupted,
@@ -16,7 +17,6 @@ from ddp_lib.launch_result import (
     StaleResult,
 )
 from ddp_lib.launcher import launch, launch_nodes
-from ddp_lib.metrics import report
 from ddp_lib.scripts import write_script
 
 __all__ = [
@@ -31,8 +31,6 @@ __all__ = [
     "launch_nodes",
     "load_ipython_extension",
     "plan",
-    "report",
-    "threads_per_process",
     "write_script",
 ]
 

@@ -16,7 +16,6 @@ import contextlib
 import os
 import platform
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -77,12 +76,6 @@ class Plan:
         )
 
 
-def usable_cpu_cores() -> int:
-    """Cores this process may run on (the affinity mask on Linux, which containers restrict)."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return max(1, os.cpu_count() or 1)
-
 
 def _cpu_model() -> str:
     try:
@@ -97,10 +90,11 @@ def _cpu_model() -> str:
 
 def detect() -> Hardware:
     """Look at the machine once: CPU cores, CUDA GPUs, which distributed backends exist."""
+    import course_helpers  # with torchvision: imported only where it is used
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     available = dist.is_available()
     return Hardware(
-        cpu_cores=usable_cpu_cores(),
+        cpu_cores=course_helpers.usable_cpu_cores(),
         cpu_model=_cpu_model(),
         cuda_gpus=gpus,
         gpu_names=tuple(torch.cuda.get_device_name(i) for i in range(gpus)),
@@ -174,23 +168,6 @@ def plan(nproc_per_node: int | None = None, backend: str | None = None,
     return Plan(n, "gloo", "cpu", threads, reason, backend_set)
 
 
-def threads_per_process(local_world_size: int | None = None) -> int:
-    """CPU threads each process on this machine should use: usable cores // local processes.
-
-    torchrun sets ``OMP_NUM_THREADS=1`` when it starts more than one worker per node and the
-    variable is unset, and ``ddp_lib.launch`` sets it for every launch, one process included.
-    That leaves cores idle when there are fewer processes than cores; the opposite mistake (each
-    process using every core) is worse, because the processes then fight over the cores. Scripts
-    call ``torch.set_num_threads(threads_per_process())`` where the lesson can see it.
-
-    Args:
-        local_world_size: processes on this machine; ``None`` reads ``LOCAL_WORLD_SIZE``
-            (set by torchrun), else 1.
-    """
-    if local_world_size is None:
-        local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    return max(1, usable_cpu_cores() // max(1, local_world_size))
-
 
 def _tf32_flags() -> tuple[list[tuple[object, str]], str | None]:
     """The switches that let CUDA run float32 convolutions and matmuls as TF32, and their style.
@@ -232,25 +209,6 @@ def tf32(enabled: bool):
             setattr(obj, name, old)
 
 
-def thread_names() -> list[str] | None:
-    """The names of this process's threads, sorted; ``None`` where the system does not list them.
-
-    Gloo runs the collectives on worker threads of its own (``pt_gloo_runloop``), and
-    ``destroy_process_group`` must stop them: one still alive when Python shuts down can abort the
-    process after its work is done. Lesson 05 reports this list after ``destroy_process_group``
-    and checks it. Linux lists threads under ``/proc``; other systems return ``None``.
-    """
-    tasks = Path("/proc/self/task")
-    if not tasks.is_dir():
-        return None
-    names = []
-    for task in tasks.iterdir():
-        try:
-            names.append((task / "comm").read_text().strip())
-        except OSError:  # the thread ended while we looked
-            pass
-    return sorted(names)
-
 
 @dataclass(frozen=True)
 class Sizes:
@@ -267,17 +225,18 @@ def course_sizes(hw: Hardware | None = None) -> Sizes:
     """Small enough to run the series in minutes on CPU; the whole data set where a GPU is there.
 
     ``DDP_WORKSHOP_FULL_SIZE=1`` forces the full size, ``=0`` the small one. The sample counts
-    never exceed those of the data set the lessons load (``data.sample_counts``, which prepares
-    nothing): the full size is all of it, 50,000 + 10,000 images of the real CIFAR-10 but fewer
-    of the synthetic stand-in, so that what a lesson plans, prints and checks is what its runs
-    train on.
+    never exceed those of the data set the lessons load (``course_helpers.sample_counts``,
+    which prepares nothing): the full size is all of it, 50,000 + 10,000 images of the real
+    CIFAR-10 but fewer of the synthetic stand-in, so that what a lesson plans, prints and checks
+    is what its runs train on.
     """
     hw = hw or detect()
     forced = os.environ.get("DDP_WORKSHOP_FULL_SIZE")
     full = hw.cuda_gpus > 0 if forced is None else forced == "1"
-    from ddp_lib import data  # torchvision: imported only where sizes are planned
 
-    on_disk_train, on_disk_test = data.sample_counts()
+    import course_helpers
+
+    on_disk_train, on_disk_test = course_helpers.sample_counts()
     if full:
         return Sizes(train_samples=on_disk_train, test_samples=on_disk_test, epochs=5,
                      batch_size=128, full_size=True)

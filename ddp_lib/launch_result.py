@@ -141,7 +141,7 @@ class LaunchResult:
                 if m["name"] == name and (rank is None or m["rank"] == rank)]
 
     def fingerprints(self) -> dict[int, str]:
-        """rank -> SHA-256 of that rank's final weights, from ``metrics.report_weights``."""
+        """rank -> SHA-256 of that rank's final weights, from ``course_helpers.report_weights``."""
         return {m["rank"]: m["sha256"] for m in self.records("weights_sum")}
 
     def ranks(self) -> list[int]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
-import json
 import os
 import textwrap
 from pathlib import Path
@@ -44,7 +43,7 @@ def write_script(name: str | os.PathLike, source: str, *,
     path = Path(name)
     if not path.is_absolute() and path.parent == Path("."):
         path = Path(directory) / path
-    text = textwrap.dedent(source).strip("\n") + "\n"
+    text = normalised(source)
     compile(text, str(path), "exec")  # fail here, not in every rank at launch time
     if path.exists() and path.read_text(encoding="utf-8") == text:
         if not quiet:
@@ -56,6 +55,11 @@ def write_script(name: str | os.PathLike, source: str, *,
     return path
 
 
+def normalised(source: str) -> str:
+    """A script's text as written: common indentation removed, one newline at the end."""
+    return textwrap.dedent(source).strip("\n") + "\n"
+
+
 def from_notebook(notebook: str | os.PathLike, name: str, *,
                   directory: str | os.PathLike = SCRIPTS_DIR, quiet: bool = False) -> Path:
     """Write the script that ``notebook`` writes with ``%%write_script name``, from its cell.
@@ -63,11 +67,11 @@ def from_notebook(notebook: str | os.PathLike, name: str, *,
     A later lesson that builds on an earlier lesson's script takes it from that notebook's
     source, so the two can never drift apart, even if the earlier lesson was not run here.
     """
-    cells = json.loads(Path(notebook).read_text(encoding="utf-8"))["cells"]
-    for cell in cells:
-        source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
-        first, _, body = source.partition("\n")
-        if cell["cell_type"] == "code" and first.split() == ["%%write_script", name]:
+    import nbformat  # Jupyter's; a script written from a notebook has Jupyter there
+
+    for cell in nbformat.read(notebook, as_version=4).cells:
+        first, _, body = cell.source.partition("\n")
+        if cell.cell_type == "code" and first.split() == ["%%write_script", name]:
             return write_script(name, body, directory=directory, quiet=quiet)
     raise LookupError(f"{notebook} has no '%%write_script {name}' cell")
 

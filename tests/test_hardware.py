@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ddp_lib import data, hardware
+import course_helpers
+from ddp_lib import hardware
 from ddp_lib.hardware import Hardware
 
 
@@ -59,12 +60,12 @@ def test_nonsense_process_counts_are_refused(n):
 
 
 def test_threads_per_process_reads_torchruns_local_world_size(monkeypatch):
-    cores = hardware.usable_cpu_cores()
+    cores = course_helpers.usable_cpu_cores()
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-    assert hardware.threads_per_process() == max(1, cores // 2)
-    assert hardware.threads_per_process(cores * 4) == 1
+    assert course_helpers.threads_per_process() == max(1, cores // 2)
+    assert course_helpers.threads_per_process(cores * 4) == 1
     monkeypatch.delenv("LOCAL_WORLD_SIZE")
-    assert hardware.threads_per_process() == cores
+    assert course_helpers.threads_per_process() == cores
 
 
 def test_detect_describes_this_machine():
@@ -89,7 +90,8 @@ def test_full_size_is_the_data_set_on_disk_not_cifar10s_size(monkeypatch):
     monkeypatch.setenv("DDP_WORKSHOP_DATASET", "synthetic")
     monkeypatch.setenv("DDP_WORKSHOP_FULL_SIZE", "1")
     full = hardware.course_sizes(machine(gpus=1))
-    assert (full.train_samples, full.test_samples) == (data.SYNTHETIC_TRAIN, data.SYNTHETIC_TEST)
+    assert (full.train_samples, full.test_samples) == (course_helpers.SYNTHETIC_TRAIN,
+                                                    course_helpers.SYNTHETIC_TEST)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="threads are listed from /proc")
@@ -97,7 +99,7 @@ def test_thread_names_lists_every_thread_of_the_process():
     # A fresh process, so that no other test's threads come and go while it counts.
     program = (
         "import threading\n"
-        "from ddp_lib.hardware import thread_names\n"
+        "from course_helpers import thread_names\n"
         "before = thread_names()\n"
         "stop = threading.Event()\n"
         "worker = threading.Thread(target=stop.wait)\n"

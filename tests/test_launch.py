@@ -38,7 +38,7 @@ ALL_REDUCE = """
     import os, sys
     import torch
     import torch.distributed as dist
-    from ddp_lib.metrics import report
+    from course_helpers import report
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -322,7 +322,7 @@ NODE_REPORT = """
     import os
     import torch
     import torch.distributed as dist
-    from ddp_lib.metrics import report
+    from course_helpers import report
 
     dist.init_process_group("gloo")
     t = torch.tensor([dist.get_rank() + 1.0])

@@ -2,7 +2,7 @@
 
 import torch
 
-from ddp_lib.models import SmallCNN, resnet18_cifar
+from course_helpers import SmallCNN, resnet18_cifar
 
 
 def parameters(model: torch.nn.Module) -> int:

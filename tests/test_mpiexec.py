@@ -23,10 +23,10 @@ RANKS = """
     from pathlib import Path
     import torch
     import torch.distributed as dist
-    from ddp_lib.metrics import report
+    from course_helpers import report
 
     rank, world = int(os.environ["PMI_RANK"]), int(os.environ["PMI_SIZE"])
-    os.environ["RANK"] = str(rank)  # ddp_lib.metrics.report reads it
+    os.environ["RANK"] = str(rank)  # course_helpers.report reads it
     dist.init_process_group("gloo", rank=rank, world_size=world)
     Path(sys.argv[1], f"started.rank{rank}").touch()
     total = torch.tensor([rank + 1.0])

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
+import course_helpers
 from ddp_lib import metrics, results, scripts, write_script
 from ddp_lib.files import atomic_write_text
 
@@ -54,8 +55,8 @@ def test_report_appends_json_lines_under_launch(tmp_path, monkeypatch):
     target = tmp_path / "metrics.jsonl"
     monkeypatch.setenv(metrics.ENV_VAR, str(target))
     monkeypatch.setenv("RANK", "3")
-    metrics.report("loss", 0.5, step=1)
-    metrics.report("accuracy", 0.9, epoch=2)
+    course_helpers.report("loss", 0.5, step=1)
+    course_helpers.report("accuracy", 0.9, epoch=2)
     lines = [json.loads(line) for line in target.read_text().splitlines()]
     assert [(r["rank"], r["name"], r["value"], r["step"]) for r in lines] == [
         (3, "loss", 0.5, 1), (3, "accuracy", 0.9, None)]
@@ -63,11 +64,16 @@ def test_report_appends_json_lines_under_launch(tmp_path, monkeypatch):
     assert metrics.read(target) == lines
 
 
-def test_report_prints_under_plain_torchrun(monkeypatch, capsys):
+def test_report_is_quiet_under_plain_torchrun(workdir, monkeypatch, capsys):
     monkeypatch.delenv(metrics.ENV_VAR, raising=False)
-    monkeypatch.delenv("RANK", raising=False)
-    metrics.report("loss", 0.25, step=7)
-    assert capsys.readouterr().out == "[metric] rank=0 step=7 loss=0.25\n"
+    course_helpers.report("loss", 0.25, step=7)
+    course_helpers.report_weights(pytest.importorskip("torch").nn.Linear(2, 2))
+    assert capsys.readouterr() == ("", "")
+    assert list(workdir.iterdir()) == []
+
+
+def test_the_writer_and_the_reader_name_the_same_variable():
+    assert course_helpers.METRICS_ENV == metrics.ENV_VAR
 
 
 def test_reading_a_missing_metrics_file_gives_nothing(tmp_path):
@@ -197,7 +203,7 @@ def test_report_weights_fingerprints_equal_and_different_weights(workdir, monkey
     for rank, seed in enumerate([0, 0, 1]):
         monkeypatch.setenv("RANK", str(rank))
         torch.manual_seed(seed)
-        metrics.report_weights(torch.nn.Linear(4, 3))
+        course_helpers.report_weights(torch.nn.Linear(4, 3))
     result = LaunchResult(script=Path("x.py"), command=[], run_dir=workdir,
                           metrics=metrics.read(workdir / "m.jsonl"))
     prints = result.fingerprints()

@@ -12,9 +12,8 @@ import torch
 from torchvision import transforms
 from torchvision.datasets import CIFAR10
 
-from ddp_lib import synthetic_cifar10 as synthetic
-from ddp_lib.data import CIFAR10_MEAN, CIFAR10_STD
-from ddp_lib.models import SmallCNN
+import course_helpers as synthetic
+from course_helpers import CIFAR10_MEAN, CIFAR10_STD, SmallCNN
 
 
 @pytest.fixture(scope="module")
@@ -52,18 +51,18 @@ def test_torchvisions_cifar10_code_loads_it(synthetic_root):
 def test_a_damaged_file_fails_integrity_and_is_regenerated(synthetic_root, tmp_path):
     base = synthetic.SyntheticCIFAR10.base_folder
     shutil.copytree(synthetic_root / base, tmp_path / base)
-    assert synthetic.is_whole(tmp_path)
+    assert synthetic.synthetic_is_whole(tmp_path)
     for name in ("batches.meta", "data_batch_3"):  # torchvision checks them at different times
         damaged = tmp_path / base / name
         damaged.write_bytes(damaged.read_bytes()[:-10])
-        assert not synthetic.is_whole(tmp_path)
+        assert not synthetic.synthetic_is_whole(tmp_path)
         with pytest.raises(RuntimeError, match="corrupted"):
             synthetic.SyntheticCIFAR10(tmp_path)
         shutil.copy(synthetic_root / base / name, damaged)
     damaged.write_bytes(b"")
     synthetic.generate_synthetic(tmp_path)
     assert manifest(tmp_path) == manifest(synthetic_root)
-    assert synthetic.is_whole(tmp_path)
+    assert synthetic.synthetic_is_whole(tmp_path)
 
 
 def test_interrupted_generation_leaves_nothing_half_written(tmp_path, monkeypatch):
@@ -81,7 +80,7 @@ def test_interrupted_generation_leaves_nothing_half_written(tmp_path, monkeypatc
         synthetic.generate_synthetic(tmp_path)
     leftovers = [p.name for p in tmp_path.iterdir() if p.name != ".synthetic.lock"]
     assert leftovers == []
-    assert not synthetic.is_whole(tmp_path)
+    assert not synthetic.synthetic_is_whole(tmp_path)
 
 
 def test_loading_before_generating_says_what_to_do(tmp_path):

@@ -3,7 +3,7 @@
 Run by torchrun: python -m torch.distributed.run --nproc-per-node=N allreduce_bandwidth.py
     RING_DIR SIZES_BYTES REPEATS
 RING_DIR holds ring_allreduce.py as lesson 03 writes it: the ring measured is the lesson's code.
-Each rank reports its time of every repetition, per size and method (ddp_lib.metrics); rank 0
+Each rank reports its time of every repetition, per size and method (course_helpers.report); rank 0
 also times a one-process memory copy of the same size, a limit for any scheme that moves bytes
 through memory.
 """
@@ -14,7 +14,7 @@ from functools import partial
 import torch
 import torch.distributed as dist
 
-from ddp_lib.metrics import report
+from course_helpers import report
 
 sys.path.insert(0, sys.argv[1])
 from ring_allreduce import ring_all_reduce  # noqa: E402  (lesson 03's function, unchanged)

@@ -23,8 +23,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ddp_lib.metrics import report
-from ddp_lib.models import resnet18_cifar
+from course_helpers import report, resnet18_cifar
 
 
 def main():

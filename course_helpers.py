@@ -1,0 +1,448 @@
+"""What the lesson scripts share besides PyTorch itself: the data, the models, and ``report``.
+
+It needs torch and torchvision only. ``make take-home`` copies it beside the lessons' final
+scripts, so ``torchrun train_ddp.py`` runs anywhere; in the course it is part of the project.
+Nothing here is what a lesson teaches: the distributed code stays in the scripts.
+
+- **Data.** ``prepare_cifar10()`` makes sure a data set is under ``DATA_DIR``: the real CIFAR-10
+  if it is there or torchvision can download it; otherwise (offline, or
+  ``DDP_WORKSHOP_DATASET=synthetic``) a generated stand-in in CIFAR-10's own format whose ten
+  classes are shapes, learnable like the real ones. ``cifar10()`` loads whichever is there with
+  torchvision's own CIFAR-10 code. In a distributed script rank 0 prepares, the others wait at a
+  barrier; generating is also deterministic, atomic and done under a file lock.
+- **Models.** ``SmallCNN`` (62k parameters) and ``resnet18_cifar`` (11M).
+- **Numbers for the notebook.** ``report(name, value)`` appends one JSON line to the file that
+  ``DDP_LIB_METRICS_FILE`` names (a course launch sets it); without it, it does nothing, so a
+  script prints only what it prints itself.
+- **Threads.** ``threads_per_process()``: the cores this machine lets the process use, divided
+  between its local processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import pickle
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+# Before any script's init_process_group: torch.distributed.nn keeps the default group of the
+# moment it is imported, and DDP imports it when constructed (torch 2.14, through torch._dynamo).
+# Imported later, the group outlives destroy_process_group and a Gloo thread can abort the rank
+# at exit; imported now, it holds none. torchvision 0.29 imports it too, 0.19 not; no upstream
+# issue yet (docs/compatibility.md).
+import torch.distributed.nn  # noqa: F401
+import torch.nn.functional as F
+from torch import nn
+from torchvision.datasets import CIFAR10
+from torchvision.datasets.utils import check_integrity
+from torchvision.models import resnet18
+
+DATA_DIR = Path(os.environ.get("DDP_WORKSHOP_DATA_DIR", Path(__file__).resolve().parent / "data"))
+SOURCE_ENV = "DDP_WORKSHOP_DATASET"  # "auto" (default), "cifar10" or "synthetic"
+SOURCES = ("auto", "cifar10", "synthetic")
+METRICS_ENV = "DDP_LIB_METRICS_FILE"
+
+# Per-channel statistics of the real CIFAR-10 training set, used to normalise inputs.
+CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR10_STD = (0.2470, 0.2435, 0.2616)
+CIFAR10_TRAIN, CIFAR10_TEST = 50_000, 10_000  # what the real data set's files always hold
+
+SYNTHETIC_CLASSES = ("disc", "square", "triangle", "ring", "plus", "h-stripes", "v-stripes",
+                     "diamond", "checker", "x-cross")
+SYNTHETIC_TRAIN = 10_000  # five batches of 2,000, like CIFAR-10's five batches of 10,000
+SYNTHETIC_TEST = 2_000
+SYNTHETIC_SEED = 20_241
+MANIFEST = "manifest.json"
+
+
+# --- Data ---------------------------------------------------------------------------------------
+
+def requested_source() -> str:
+    """The data set asked for through ``DDP_WORKSHOP_DATASET`` (default ``"auto"``)."""
+    source = os.environ.get(SOURCE_ENV, "auto").strip().lower() or "auto"
+    if source not in SOURCES:
+        raise ValueError(f"{SOURCE_ENV} must be one of {SOURCES}, got {source!r}")
+    return source
+
+
+def which(root: str | os.PathLike = DATA_DIR, source: str | None = None) -> str | None:
+    """Which data set ``cifar10()`` would load: ``"cifar10"``, ``"synthetic"`` or ``None``."""
+    root = Path(root)
+    source = source or requested_source()
+    real = [*CIFAR10.train_list, *CIFAR10.test_list,
+            [CIFAR10.meta["filename"], CIFAR10.meta["md5"]]]
+    if source != "synthetic" and all(check_integrity(root / CIFAR10.base_folder / name, md5)
+                                     for name, md5 in real):
+        return "cifar10"
+    if source != "cifar10" and synthetic_is_whole(root):
+        return "synthetic"
+    return None
+
+
+def prepare_cifar10(root: str | os.PathLike = DATA_DIR, source: str | None = None,
+                    verbose: bool = True) -> str:
+    """Make sure a data set is on disk; return ``"cifar10"`` or ``"synthetic"``.
+
+    Args:
+        root: the data folder (``DATA_DIR`` by default).
+        source: ``"auto"`` (real if it can be had, else synthetic), ``"cifar10"`` (real or
+            fail), ``"synthetic"``; ``None`` reads ``DDP_WORKSHOP_DATASET``.
+        verbose: say which data set is used and why.
+    """
+    root = Path(root)
+    source = source or requested_source()
+    found = which(root, source)
+    if found is None and source != "synthetic":
+        try:
+            CIFAR10(str(root), train=True, download=True)
+            found = "cifar10"
+        except OSError as exc:  # URLError is an OSError: no network, DNS, proxy ...
+            if source == "cifar10":
+                raise RuntimeError(f"CIFAR-10 could not be downloaded ({exc}). Put "
+                                   f"cifar-10-python.tar.gz under {root}, or set "
+                                   f"{SOURCE_ENV}=synthetic.") from exc
+            if verbose:
+                print(f"CIFAR-10 could not be downloaded ({exc}).")
+    if found is None:
+        generate_synthetic(root)
+        found = "synthetic"
+    if verbose:
+        print(describe(found, root))
+    return found
+
+
+def cifar10(train: bool = True, transform: Callable | None = None,
+            root: str | os.PathLike = DATA_DIR) -> CIFAR10:
+    """Load the prepared data set (real CIFAR-10 if present, else the synthetic stand-in)."""
+    found = which(root)
+    if found is None:
+        raise RuntimeError(f"No data set under {Path(root)}: call prepare_cifar10() first (on "
+                           "rank 0, then a barrier in a distributed script).")
+    cls = CIFAR10 if found == "cifar10" else SyntheticCIFAR10
+    return cls(str(root), train=train, transform=transform)
+
+
+def sample_counts(root: str | os.PathLike = DATA_DIR,
+                  source: str | None = None) -> tuple[int, int]:
+    """How many training and test images the lessons will have, without preparing anything.
+
+    Those of the data set on disk that ``cifar10()`` loads; with none there yet, those of the one
+    ``prepare_cifar10()`` starts with: the stand-in when it is asked for, else the real
+    CIFAR-10's, which it downloads. A plan that took its sizes from elsewhere, and then sliced
+    the data set, would silently train on fewer.
+    """
+    root = Path(root)
+    source = source or requested_source()
+    found = which(root, source)
+    if found == "synthetic":
+        return (len(SyntheticCIFAR10(root, train=True)),
+                len(SyntheticCIFAR10(root, train=False)))
+    if found == "cifar10" or source != "synthetic":
+        return CIFAR10_TRAIN, CIFAR10_TEST
+    return SYNTHETIC_TRAIN, SYNTHETIC_TEST
+
+
+def describe(found: str, root: str | os.PathLike = DATA_DIR) -> str:
+    """One sentence for a person: which data set the lesson is using."""
+    if found == "cifar10":
+        return (f"Data: the real CIFAR-10 ({CIFAR10_TRAIN:,} + {CIFAR10_TEST:,} images) in "
+                f"{Path(root)}.")
+    return (f"Data: the SYNTHETIC stand-in for CIFAR-10 ({SYNTHETIC_TRAIN:,} + {SYNTHETIC_TEST:,} "
+            f"generated images of 10 shape classes) in {Path(root) / SyntheticCIFAR10.base_folder}."
+            " Accuracies are not comparable with published CIFAR-10 results.")
+
+
+class SyntheticCIFAR10(CIFAR10):
+    """The generated stand-in, loaded by torchvision's own CIFAR-10 code.
+
+    Only the folder and the checksums differ from ``CIFAR10``; the checksums come from the
+    manifest written with the files.
+    """
+
+    base_folder = "cifar-10-synthetic-batches-py"
+
+    def __init__(self, root: str | os.PathLike, train: bool = True,
+                 transform: Callable | None = None,
+                 target_transform: Callable | None = None) -> None:
+        manifest = _manifest(Path(root))
+        if manifest is None:
+            raise RuntimeError(f"No synthetic data set under {Path(root)}: call "
+                               "prepare_cifar10() first (on rank 0).")
+        self.train_list = manifest["train_list"]
+        self.test_list = manifest["test_list"]
+        self.meta = {**CIFAR10.meta, "md5": manifest["meta_md5"]}
+        super().__init__(root, train=train, transform=transform,
+                         target_transform=target_transform, download=False)
+
+
+def synthetic_is_whole(root: str | os.PathLike) -> bool:
+    """Whether every generated file is under ``root`` with the checksum its manifest records."""
+    folder = Path(root) / SyntheticCIFAR10.base_folder
+    manifest = _manifest(Path(root))
+    if manifest is None:
+        return False
+    files = [*manifest["train_list"], *manifest["test_list"],
+             [CIFAR10.meta["filename"], manifest["meta_md5"]]]
+    return all(check_integrity(folder / name, md5) for name, md5 in files)
+
+
+def _manifest(root: Path) -> dict | None:
+    path = root / SyntheticCIFAR10.base_folder / MANIFEST
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def generate_synthetic(root: str | os.PathLike) -> Path:
+    """Write the synthetic data set in CIFAR-10's format under ``root``; return its folder.
+
+    Deterministic (fixed seed), atomic (built in a temporary folder, then renamed into place)
+    and safe when several processes call it at once (a lock; the loser finds it done).
+    """
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / SyntheticCIFAR10.base_folder
+    with _file_lock(root / ".synthetic.lock"):
+        if synthetic_is_whole(root):
+            return final
+        tmp = Path(tempfile.mkdtemp(prefix=".synthetic-", dir=root))
+        try:
+            _write_batches(tmp)
+            if final.exists():  # a broken earlier attempt: replace it
+                shutil.rmtree(final)
+            os.rename(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return final
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: the atomic rename alone keeps the data set whole
+        yield
+        return
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _write_batches(folder: Path) -> None:
+    rng = np.random.default_rng(SYNTHETIC_SEED)
+    batch = SYNTHETIC_TRAIN // 5
+    names = [f"data_batch_{i}" for i in range(1, 6)]
+    checksums = {}
+    for name, count in [(name, batch) for name in names] + [("test_batch", SYNTHETIC_TEST)]:
+        labels = rng.integers(0, 10, size=count)
+        images = synthetic_images(labels, rng)
+        checksums[name] = _dump(folder / name, {
+            "batch_label": f"synthetic {name}",
+            "labels": labels.tolist(),
+            "data": images.reshape(count, -1),  # CIFAR layout: 1024 R, 1024 G, 1024 B
+            "filenames": [f"{SYNTHETIC_CLASSES[y]}_{i:05d}.png" for i, y in enumerate(labels)],
+        })
+    meta_md5 = _dump(folder / CIFAR10.meta["filename"],
+                     {"label_names": list(SYNTHETIC_CLASSES), "num_cases_per_batch": batch,
+                      "num_vis": 3072})
+    manifest = {
+        "description": "Synthetic stand-in for CIFAR-10 generated by course_helpers.py",
+        "seed": SYNTHETIC_SEED,
+        "train_list": [[n, checksums[n]] for n in names],
+        "test_list": [["test_batch", checksums["test_batch"]]],
+        "meta_md5": meta_md5,
+    }
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+
+
+def _dump(path: Path, obj: dict) -> str:
+    data = pickle.dumps(obj, protocol=2)
+    path.write_bytes(data)
+    return hashlib.md5(data).hexdigest()
+
+
+def synthetic_images(labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Images (N, 3, 32, 32) uint8 of the shape classes in ``labels``.
+
+    The shape decides the class. Half of the images are drawn in their class's hue, the others
+    in a random one, so colour is a useful but unreliable hint; position, size, background and
+    noise vary, so a model has to look at the shape to do well.
+    """
+    n = len(labels)
+    coords = np.arange(32, dtype=np.float32) + 0.5
+    cx = rng.uniform(10, 22, size=(n, 1, 1)).astype(np.float32)
+    cy = rng.uniform(10, 22, size=(n, 1, 1)).astype(np.float32)
+    radius = rng.uniform(5.5, 10, size=(n, 1, 1)).astype(np.float32)
+    dx = (coords[None, None, :] - cx) / radius
+    dy = (coords[None, :, None] - cy) / radius
+    mask = np.zeros((n, 32, 32), dtype=bool)
+    for k in range(10):
+        idx = labels == k
+        mask[idx] = _shape_mask(k, dx[idx], dy[idx])
+
+    class_hue = labels / 10.0
+    hue = np.where(rng.random(n) < 0.5, class_hue, rng.random(n))
+    fg = _hsv_to_rgb(hue, rng.uniform(0.5, 1.0, n), rng.uniform(0.6, 1.0, n))
+    bg = rng.uniform(0.0, 0.45, size=(n, 3))
+    m = mask[:, None, :, :]
+    img = np.where(m, fg[:, :, None, None], bg[:, :, None, None])
+    img = img + rng.normal(0.0, 0.08, size=img.shape)
+    return (np.clip(img, 0.0, 1.0) * 255).round().astype(np.uint8)
+
+
+def _hsv_to_rgb(h: np.ndarray, s: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """(N, 3) RGB colours from hue, saturation and value in [0, 1] (the six-sector formula)."""
+    i = (h * 6.0).astype(int) % 6
+    f = h * 6.0 - (h * 6.0).astype(int)
+    p, q, t = v * (1 - s), v * (1 - s * f), v * (1 - s * (1 - f))
+    sectors = [(v, t, p), (q, v, p), (p, v, t), (p, q, v), (t, p, v), (v, p, q)]
+    rgb = np.empty((len(h), 3))
+    for k, sector in enumerate(sectors):
+        rgb[i == k] = np.stack(sector, axis=1)[i == k]
+    return rgb
+
+
+def _shape_mask(k: int, dx: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    box = (np.abs(dx) < 1) & (np.abs(dy) < 1)
+    d = np.sqrt(dx**2 + dy**2)
+    masks = {
+        0: lambda: d < 1,
+        1: lambda: (np.abs(dx) < 0.8) & (np.abs(dy) < 0.8),
+        2: lambda: (dy < 0.8) & (np.abs(dx) < (dy + 1.0) / 1.8),
+        3: lambda: (d > 0.6) & (d < 1),
+        4: lambda: box & ((np.abs(dx) < 0.3) | (np.abs(dy) < 0.3)),
+        5: lambda: box & (np.floor((dy + 1) * 2.5) % 2 == 0),
+        6: lambda: box & (np.floor((dx + 1) * 2.5) % 2 == 0),
+        7: lambda: np.abs(dx) + np.abs(dy) < 1,
+        8: lambda: box & ((np.floor((dx + 1) * 2) + np.floor((dy + 1) * 2)) % 2 == 0),
+        9: lambda: box & ((np.abs(dx - dy) < 0.35) | (np.abs(dx + dy) < 0.35)),
+    }
+    return masks[k]()
+
+
+# --- Models -------------------------------------------------------------------------------------
+
+class SmallCNN(nn.Module):
+    """The CNN of PyTorch's CIFAR-10 tutorial: two conv layers, three linear layers (62k params).
+
+    Small enough to train in seconds on a CPU, so lessons can repeat runs and compare them.
+    """
+
+    def __init__(self, num_classes: int = 10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 6, 5)
+        self.pool = nn.MaxPool2d(2, 2)
+        self.conv2 = nn.Conv2d(6, 16, 5)
+        self.fc1 = nn.Linear(16 * 5 * 5, 120)
+        self.fc2 = nn.Linear(120, 84)
+        self.fc3 = nn.Linear(84, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pool(F.relu(self.conv1(x)))
+        x = self.pool(F.relu(self.conv2(x)))
+        x = torch.flatten(x, 1)
+        x = F.relu(self.fc1(x))
+        x = F.relu(self.fc2(x))
+        return self.fc3(x)
+
+
+def resnet18_cifar(num_classes: int = 10) -> nn.Module:
+    """ResNet-18 for 32x32 images (11M params): a 3x3 first convolution and no max-pool.
+
+    The ImageNet stem (7x7 stride-2 convolution, then max-pool) would shrink a 32x32 image to
+    8x8 before the first residual block and throw most of it away.
+    """
+    model = resnet18(num_classes=num_classes)
+    model.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
+    model.maxpool = nn.Identity()
+    return model
+
+
+# --- Numbers for the notebook -------------------------------------------------------------------
+
+def report(name: str, value: float, *, step: int | None = None, **extra: Any) -> None:
+    """Record one metric of this rank (``RANK``, 0 outside torchrun) for the launching notebook.
+
+    One JSON line, appended with one ``write()`` to the ``O_APPEND`` file that
+    ``DDP_LIB_METRICS_FILE`` names, so lines from several ranks never interleave. Without the
+    variable (plain ``torchrun``) it does nothing.
+    """
+    path = os.environ.get(METRICS_ENV)
+    if not path:
+        return
+    record = {"rank": int(os.environ.get("RANK", "0")), "step": step, "name": name,
+              "value": float(value), "time": time.time(), **extra}
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(record) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def report_weights(model: nn.Module) -> None:
+    """Report a fingerprint of this rank's weights: their sum, and a SHA-256 of their bytes.
+
+    DDP keeps every rank's copy identical, bit for bit; the notebooks compare the ranks'
+    fingerprints to show it.
+    """
+    if not os.environ.get(METRICS_ENV):
+        return
+    with torch.no_grad():
+        weights = torch.cat([p.detach().flatten().float().cpu() for p in model.parameters()])
+    report("weights_sum", weights.double().sum().item(),
+           sha256=hashlib.sha256(weights.numpy().tobytes()).hexdigest())
+
+
+# --- Threads ------------------------------------------------------------------------------------
+
+def usable_cpu_cores() -> int:
+    """Cores this process may run on (the affinity mask on Linux, which containers restrict)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def threads_per_process(local_world_size: int | None = None) -> int:
+    """CPU threads each process on this machine should use: usable cores // local processes.
+
+    torchrun sets ``OMP_NUM_THREADS=1`` when it starts more than one worker per node and the
+    variable is unset, which leaves cores idle when there are fewer processes than cores; each
+    process using every core is worse, because the processes then fight over them.
+
+    Args:
+        local_world_size: processes on this machine; ``None`` reads ``LOCAL_WORLD_SIZE``
+            (set by torchrun), else 1.
+    """
+    if local_world_size is None:
+        local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return max(1, usable_cpu_cores() // max(1, local_world_size))
+
+
+def thread_names() -> list[str] | None:
+    """The names of this process's threads, sorted; ``None`` where the system does not list them.
+
+    Gloo runs the collectives on worker threads of its own (``pt_gloo_runloop`` from torch 2.11),
+    and ``destroy_process_group`` must stop them. Linux lists threads under ``/proc``.
+    """
+    tasks = Path("/proc/self/task")
+    if not tasks.is_dir():
+        return None
+    names = []
+    for task in tasks.iterdir():
+        try:
+            names.append((task / "comm").read_text().strip())
+        except OSError:  # the thread ended while we looked
+            pass
+    return sorted(names)
