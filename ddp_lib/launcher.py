@@ -163,7 +163,7 @@ def launch_nodes(
     plan = _check_arguments(script, total, 1, None, backend, timeout, max_restarts, env)
     run_dir, metrics_file = _prepare_run_dir(script, run_dir)
 
-    endpoint = f"127.0.0.1:{_free_port()}"
+    endpoint = f"127.0.0.1:{free_ports()[0]}"
     base_env = _child_env(env, plan, metrics_file, max_restarts)
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     agents = []
@@ -209,7 +209,7 @@ def _mpiexec(script: Path, args: Sequence, nproc: int, run_dir: Path,
     rank_errors = run_dir / "mpiexec"
     rank_errors.mkdir(parents=True, exist_ok=True)
     env = {**env, "MASTER_ADDR": env.get("MASTER_ADDR", "127.0.0.1"),
-           "MASTER_PORT": env.get("MASTER_PORT", str(_free_port())),
+           "MASTER_PORT": env.get("MASTER_PORT", str(free_ports()[0])),
            "DDP_WORKSHOP_RANK_ERRORS": str(rank_errors)}
     # Each rank line-buffers its output instead (worker_site): mpiexec labels every piece it reads.
     env.pop("PYTHONUNBUFFERED", None)
@@ -289,11 +289,17 @@ def _shown(agent: Agent) -> str:
     return f"{settings}{shlex.join(agent.typed)}"
 
 
-def _free_port() -> int:
-    """A port that is free now. Another node must know it in advance, so ``:0`` cannot do."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(count: int = 1) -> list[int]:
+    """Ports nothing listens on now, distinct (held open together). Another process must know
+    the port in advance, so binding to ``:0`` itself cannot do."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def _share(cores: list[int], node: int, nnodes: int) -> list[int]:

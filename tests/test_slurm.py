@@ -21,7 +21,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -31,6 +30,7 @@ import pytest
 from conftest import command_line, processes_mentioning, wait_until_gone
 
 from ddp_lib import cluster, metrics, scripts
+from ddp_lib.launcher import free_ports
 
 PACKAGES = ["slurm-wlm", "munge"]
 TOOLS = ["munged", "slurmctld", "slurmd", "sbatch", "scontrol", "sinfo", "unshare"]
@@ -95,18 +95,6 @@ def install_slurm() -> str | None:
     if done.returncode:
         return f"apt-get could not install Slurm: {done.stderr.strip()[-500:]}"
     return None
-
-
-def free_ports(count: int) -> list[int]:
-    """Ports nothing listens on now (held open together, so they are distinct)."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def slurm_conf(folder: Path, ctld_port: int, node_ports: list[int], munge_socket: Path) -> str:

@@ -14,8 +14,8 @@ exercise expects. Screenshots go to build/screenshots/.
 ``make test`` drives a representative set: lesson 03 (widgets: the ring stepper; figures; a
 launch with live per-rank output) and the stop button (a launch with live output, interrupted).
 The other notebooks carry the ``sweep`` marker and run in the browser with ``make
-test-browser``. In ``make test`` nbval executes every notebook that the browser does not
-(tests/conftest.py), so each runs once.
+test-browser``, which CI runs after ``make test``; a lesson given to pytest both here and under
+nbval runs once, here (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import nbformat
 import pytest
 from conftest import processes_mentioning, wait_until_gone
 
+from ddp_lib.launcher import free_ports
 from workshop import exercises
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,12 +50,6 @@ playwright_api = pytest.importorskip("playwright.sync_api")
 if not CHROMIUM.exists():
     pytest.skip(f"{CHROMIUM} is not installed (make test installs Debian's chromium package "
                 "where it can: as root, with apt-get)", allow_module_level=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager
@@ -71,7 +66,7 @@ def jupyterlab(home: Path, root: Path):
     apputils.mkdir(parents=True)
     (apputils / "notification.jupyterlab-settings").write_text(
         '{"fetchNews": "false", "checkForUpdates": false}')
-    port, token = free_port(), secrets.token_hex(16)
+    port, token = free_ports()[0], secrets.token_hex(16)
     env = {**os.environ,
            "JUPYTER_CONFIG_DIR": str(home / "config"), "JUPYTER_RUNTIME_DIR": str(home / "run"),
            "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"),

@@ -1,0 +1,121 @@
+"""Write the folder a learner takes home: every lesson's scripts, ``course_helpers.py``, job files.
+
+Each script is the text of its lesson's ``%%write_script`` cell, written as the lesson writes it
+(``ddp_lib.scripts.write_script``), so the two never differ. ``course_helpers.py`` (the data, the
+models, ``report``) sits beside them: the folder runs wherever torch and torchvision are
+installed, with ``torchrun``, ``mpiexec`` or a cluster's scheduler, and needs nothing else from
+this project. The job files are the ones lessons 06 and 10 print, written for lesson 05's script
+(lesson 10's under PBS's ``mpiexec``), with sizes to edit.
+
+``python -m workshop.take_home [DEST]`` writes DEST (default build/take-home); ``make take-home``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+import nbformat
+
+from ddp_lib import cluster, scripts
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+HELPERS = ROOT / "course_helpers.py"
+DEFAULT_DEST = ROOT / "build" / "take-home"
+MAGIC = "%%write_script"
+
+
+def lesson_scripts(notebooks: Path = NOTEBOOKS) -> dict[str, tuple[str, str]]:
+    """Every script a lesson writes with ``%%write_script``: name -> (lesson, text), in order.
+
+    A later lesson that writes an earlier lesson's script again writes the same text (the
+    lessons take it from that notebook, ``scripts.from_notebook``); two different texts under
+    one name are an error.
+    """
+    found: dict[str, tuple[str, str]] = {}
+    for path in sorted(notebooks.glob("[0-9][0-9]_*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            first, _, body = cell.source.partition("\n")
+            if cell.cell_type != "code" or first.split()[:1] != [MAGIC]:
+                continue
+            name = first.split()[1]
+            if name in found and scripts.normalised(found[name][1]) != scripts.normalised(body):
+                raise ValueError(f"{path.stem} writes {name} differently from {found[name][0]}")
+            found.setdefault(name, (path.stem, body))
+    return found
+
+
+def job_files() -> dict[str, str]:
+    """The three job files, for two machines with four GPUs each (edit the sizes to yours)."""
+    args = ["--epochs", 5]
+    trainjob = cluster.trainjob_manifest("train_ddp.py", nodes=2, gpus_per_node=4,
+                                         cpus_per_node=32, image="pytorch/pytorch:latest",
+                                         args=args)
+    return {
+        "train_ddp.sbatch": cluster.slurm_script("train_ddp.py", nodes=2, gpus_per_node=4,
+                                                 cpus_per_task=32, args=args),
+        "train_anywhere.pbs": cluster.pbs_script("train_anywhere.py", nodes=2, gpus_per_node=4,
+                                                 cpus_per_node=32, mpi="mpich", args=args),
+        "train_ddp.trainjob.yaml": cluster.to_yaml(trainjob),
+    }
+
+
+def readme(found: dict[str, tuple[str, str]]) -> str:
+    by_lesson: dict[str, list[str]] = {}
+    for name, (lesson, _) in found.items():
+        by_lesson.setdefault(lesson, []).append(name)
+    lines = [
+        "# The ddp-workshop scripts",
+        "",
+        "Every lesson's scripts as the lessons write them, with `course_helpers.py` (the data, the",
+        "models, `report`) beside them. They need torch and torchvision, nothing else:",
+        "",
+        "```bash",
+        "torchrun --standalone --nproc-per-node=2 train_ddp.py --epochs 1",
+        "mpiexec -n 2 python train_anywhere.py --epochs 1       # lesson 10: any launcher",
+        "sbatch train_ddp.sbatch          # Slurm (lesson 06); edit the sizes first",
+        "qsub train_anywhere.pbs          # PBS Pro (lesson 10)",
+        "kubectl apply -f train_ddp.trainjob.yaml  # Kubeflow Trainer (lesson 06)",
+        "```",
+        "",
+        "The data goes to `data/` here (`DDP_WORKSHOP_DATA_DIR` moves it): the real CIFAR-10,",
+        "downloaded once, or offline a generated stand-in (`DDP_WORKSHOP_DATASET=synthetic`).",
+        "`report()` writes only where `DDP_LIB_METRICS_FILE` names a file: here it does nothing.",
+        "",
+    ]
+    for lesson, names in by_lesson.items():
+        lines.append(f"- **{lesson}**: " + ", ".join(f"`{name}`" for name in names))
+    return "\n".join(lines) + "\n"
+
+
+def build(dest: Path = DEFAULT_DEST) -> Path:
+    """Write the folder afresh (in a temporary one, renamed into place) and return it."""
+    found = lesson_scripts()
+    partial = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    for name, (_, body) in found.items():
+        scripts.write_script(name, body, directory=partial, quiet=True)
+    shutil.copyfile(HELPERS, partial / HELPERS.name)
+    for name, text in job_files().items():
+        (partial / name).write_text(text, encoding="utf-8")
+    (partial / "README.md").write_text(readme(found), encoding="utf-8")
+    shutil.rmtree(dest, ignore_errors=True)
+    partial.rename(dest)
+    return dest
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dest", nargs="?", type=Path, default=DEFAULT_DEST)
+    dest = build(parser.parse_args(argv).dest)
+    count = len(list(dest.glob("*.py"))) - 1
+    print(f"Wrote {dest}: {count} scripts, course_helpers.py, 3 job files, README.md.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
