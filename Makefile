@@ -33,7 +33,7 @@ PINS_BUT_TORCH := grep -vE '^(\#|(torch|torchvision)==)' requirements.txt
 NOT_FOR_LEARNERS := torch torchvision nbval pytest pytest-timeout pytest-xdist playwright ruff
 LEARNER_PINS := grep -vE "^(\#|($$(echo $(NOT_FOR_LEARNERS) | tr ' ' '|'))==)" requirements.txt
 
-.PHONY: help setup lab lab-exercises run test test-browser lint browser bench compat wheelhouse exercises schedule clean
+.PHONY: help setup lab lab-exercises run test test-browser lint browser bench compat wheelhouse exercises take-home schedule clean
 
 help:
 	@echo "make setup   create the shared packages' environment ($(VENV)) and this clone's .venv"
@@ -46,6 +46,7 @@ help:
 	@echo "make compat TORCH=2.4.1   notebooks and launch tests with another torch (docs/compatibility.md)"
 	@echo "make wheelhouse [PY=3.12 PLATFORM=x86_64]   wheels for an offline node (build/wheelhouse/)"
 	@echo "make exercises  the learners' edition, solutions replaced by stubs, in build/exercises/"
+	@echo "make take-home  every lesson's scripts, course_helpers.py and job files in build/take-home/ (torch alone runs them)"
 	@echo "make schedule   regenerate docs/schedule.md (the instructor's plan) from the notebooks"
 	@echo "make clean   remove build/, written scripts and run logs (keeps data/ and the environment)"
 
@@ -158,19 +159,20 @@ browser:
 	fi
 
 # Tests use the generated data set at the small size: deterministic on any machine, no network.
-# The browser drives a representative set here (tests/e2e says which); test-browser is the long
-# sweep that CI runs after make test: every other notebook in JupyterLab, and 20 DDP launches in
-# a row (tests marked `sweep`).
+# make test is what a contributor waits on (9 minutes on 2 cores): lint, the unit tests, the real
+# launches, and lesson 03 and the stop button in JupyterLab (tests/e2e says why those). CI then
+# runs test-browser, the long sweep: every other notebook in JupyterLab, the learners' edition
+# under nbval (its stubs are `pass`, so this checks that no later cell depends on what a solution
+# computed), and the tests marked `sweep` (20 launches in a row, Slurm, two-node variants).
+# make test LESSONS=notebooks/05_ddp.ipynb adds lessons, under nbval.
+LESSONS ?=
 test test-browser: export DDP_WORKSHOP_DATASET ?= synthetic
 test test-browser: export DDP_WORKSHOP_FULL_SIZE ?= 0
-# -n 2: the notebooks in one lane, the tests in the other (tests/conftest.py says why).
 test: lint browser
-	"$(BIN)/python" -m pytest tests $(NOTEBOOKS) -m "not sweep" --nbval-lax --nbval-current-env \
+	"$(BIN)/python" -m pytest tests $(LESSONS) -m "not sweep" --nbval-lax --nbval-current-env \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600 --durations=15 \
-		-n 2
+		-n 2 --dist loadfile
 
-# The sweep also executes the learners' edition: its stubs are `pass`, so this checks that no later
-# cell depends on what a solution computed.
 test-browser: browser exercises
 	"$(BIN)/python" -m pytest tests -m sweep --durations=15
 	"$(BIN)/python" -m pytest build/exercises/notebooks/*.ipynb --nbval-lax \
@@ -179,6 +181,10 @@ test-browser: browser exercises
 exercises: setup
 	rm -rf build/exercises
 	"$(BIN)/python" -m workshop.exercises build/exercises
+
+# The folder a learner takes home: it runs with torch and torchvision only (tests/test_take_home.py).
+take-home: setup
+	"$(BIN)/python" -m workshop.take_home build/take-home
 
 schedule: setup
 	"$(BIN)/python" -m workshop.schedule
@@ -198,7 +204,7 @@ bench: setup
 COMPAT_VENV = $(CACHE_DIR)/compat-torch$(TORCH)-$(ENV_KEY)
 COMPAT_TESTS ?= tests/test_launch.py tests/test_multihost.py tests/test_clean_shutdown.py \
 	tests/test_slurm.py tests/test_cluster.py tests/test_hardware.py tests/test_compat.py \
-	tests/test_stacks.py tests/test_pbs.py tests/test_mpiexec.py $(NOTEBOOKS)
+	tests/test_stacks.py tests/test_pbs.py tests/test_mpiexec.py tests/test_take_home.py $(NOTEBOOKS)
 compat: export DDP_WORKSHOP_DATASET ?= synthetic
 compat: export DDP_WORKSHOP_FULL_SIZE ?= 0
 compat: export CUDA_VISIBLE_DEVICES ?=

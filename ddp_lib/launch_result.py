@@ -11,12 +11,28 @@ import hashlib
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ddp_lib.supervise import Line
 
 _LIBRARY = Path(__file__).resolve().parent
+
+
+@dataclass
+class Line:
+    """One line of output: who printed it (``"rank0"``; ``"torchrun"`` or ``"mpiexec"`` for the
+    launcher's own lines), on which stream.
+
+    ``node`` tells which torchrun agent the line came through (always 0 on one node); rank
+    numbers are global, so ``"rank3"`` is the same process whichever node it runs on.
+    """
+
+    source: str
+    stream: str
+    text: str
+    node: int = 0
+
+    @property
+    def rank(self) -> int | None:
+        """The global rank that printed the line; ``None`` for the launcher's own lines."""
+        return int(self.source[4:]) if self.source.startswith("rank") else None
 
 
 class ShortTraceback:

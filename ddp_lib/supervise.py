@@ -30,33 +30,13 @@ from pathlib import Path
 import psutil
 
 from ddp_lib import stacks, torchrun
-from ddp_lib.launch_result import LaunchInterrupted
+from ddp_lib.launch_result import LaunchInterrupted, Line
 
 STOP_GRACE_S = 10.0
 STACKS_WAIT_S = 3.0  # how long the workers get to write their stacks before they are stopped
 # How long an mpiexec launch waits, after a rank wrote its uncaught exception, for the others to
 # say what they saw before it stops them (their own errors, printed as they exit).
 RANK_ERROR_GRACE_S = 2.0
-
-
-@dataclass
-class Line:
-    """One line of output: who printed it (``"rank0"``; ``"torchrun"`` or ``"mpiexec"`` for the
-    launcher's own lines), on which stream.
-
-    ``node`` tells which torchrun agent the line came through (always 0 on one node); rank
-    numbers are global, so ``"rank3"`` is the same process whichever node it runs on.
-    """
-
-    source: str
-    stream: str
-    text: str
-    node: int = 0
-
-    @property
-    def rank(self) -> int | None:
-        """The global rank that printed the line; ``None`` for the launcher's own lines."""
-        return int(self.source[4:]) if self.source.startswith("rank") else None
 
 
 @dataclass

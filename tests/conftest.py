@@ -1,6 +1,6 @@
 """Shared fixtures: real scripts in a temporary folder, and a check that no process is left.
 
-Also the split that ``make test`` runs in parallel (``-n 2``, with the scheduler below).
+``make test`` runs the test files in two processes (``-n 2 --dist loadfile``).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import psutil
 import pytest
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    # Beside a notebook (make test's two lanes), a test's own torch work gets one thread: two
+    # Beside the other lane (make test's -n 2), a test's own torch work gets one thread: two
     # processes each spinning two threads on two cores slow each other down several times over.
-    # The notebooks' kernels and launches are other processes, with their own settings.
+    # Launches and notebook kernels are other processes, with their own settings.
     import torch
 
     torch.set_num_threads(1)
@@ -98,35 +98,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if twice:
         config.hook.pytest_deselected(items=twice)
         items[:] = [item for item in items if item not in twice]
-
-
-# The lessons that make test runs in the tests' lane, after the tests: the two lanes then take
-# about as long as each other (pytest's item times in one make test at ce9f8a4 on a 2-core AMD
-# machine: the tests 292 s and these lessons 249 s; lessons 00 and 05-08, the other lane, 554 s).
-# Lesson 10 (about 20 s) joins this lane and lesson 11 (about 45 s) the other, with the mpiexec
-# tests (about 25 s) here: the lanes stay within a few seconds of each other by those figures.
-# Any lesson may run beside any other: a lesson that builds on an earlier one's script writes it
-# again from that notebook's source (scripts.from_notebook), both write the same text, whole and
-# by rename, and each lesson's checkpoints, traces and launch folders have names of its own.
-TESTS_LANE_NOTEBOOKS = ("01_single_device", "02_data_parallel", "03_ring_allreduce",
-                        "04_init_methods", "09_hangs", "10_hpc_launchers")
-
-
-@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: make test runs with -n 2
-def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """Two lanes, each running its items one after another: lessons 00 and 05-08 in one, the
-    tests and then the other lessons (``TESTS_LANE_NOTEBOOKS``) in the other.
-
-    Each lane keeps about one core busy, also while the other waits on a timeout, a rendezvous or
-    a browser. (xdist's ``loadscope``, with the lane as the scope.)
-    """
-    from xdist.scheduler import LoadScopeScheduling
-
-    class TwoLanes(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            if nodeid.startswith("notebooks/") and not nodeid.startswith(
-                    tuple(f"notebooks/{name}" for name in TESTS_LANE_NOTEBOOKS)):
-                return "notebooks"
-            return "tests"
-
-    return TwoLanes(config, log)

@@ -10,11 +10,11 @@ Python object; it needs the GIL, which a finalizing interpreter no longer hands 
 process dies with "terminate called without an active exception" (SIGABRT), after printing its
 results. That happened in 6 of 142 launches measured (about 1 in 25).
 
-The lessons' scripts do not import the module: ``ddp_lib``'s worker start-up
-(``ddp_lib/worker_site/sitecustomize.py``) imports it right after ``torch``, before the script's
-next line. The script below imports neither it nor anything that imports it (torchvision does on
-some releases). The check is deterministic: after ``destroy_process_group`` no Gloo worker thread
-(``pt_gloo_runloop``, the threads that run the collectives) may be left (Linux lists them).
+The lessons' scripts import ``course_helpers`` before ``init_process_group``, and it imports the
+module, in a commented line (torchvision 0.29 does as well, 0.19 not). The script below imports
+it only where asked to (``--helpers``). The check is deterministic: after
+``destroy_process_group`` no Gloo worker thread (``pt_gloo_runloop``, the threads that run the
+collectives) may be left (Linux lists them).
 """
 
 from __future__ import annotations
@@ -34,7 +34,16 @@ DDP_SCRIPT = """
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from ddp_lib.hardware import thread_names
+    from pathlib import Path
+
+    if "--helpers" in sys.argv:
+        import course_helpers  # noqa: F401  as the lessons' scripts do
+
+
+    def thread_names():
+        return sorted(Path(task, "comm").read_text().strip()
+                      for task in Path("/proc/self/task").iterdir())
+
 
     print("imported before init:", "torch.distributed.nn" in sys.modules, flush=True)
     dist.init_process_group("gloo")
@@ -56,8 +65,8 @@ DDP_SCRIPT = """
     print("threads after destroy:", thread_names(), flush=True)
 """
 
-# One launch shows the cause (Gloo workers left): the late-import test below, in make test; lesson
-# 05 checks, in its own launches, that none is left with the worker start-up's import. A
+# One launch shows the cause (Gloo workers left), one the cure (course_helpers imported first),
+# both in make test; lesson 05 checks the same in its own launches. A
 # notebook launch that checks its exit (the default, check=True) fails make test on an abort at
 # exit; the long sweep (make test-browser) launches 20 times in a row, for aborts that come too
 # rarely for one run to see.
@@ -84,21 +93,15 @@ def gloo_threads_named(result) -> bool:
     return all(gloo_workers_left(result, "before").values())
 
 
-# What plain torchrun gives: no ddp_lib worker start-up (this variable marks a worker of a ddp_lib
-# launch; without it the start-up does nothing but skip the last garbage collection).
-PLAIN_TORCHRUN = {"DDP_WORKSHOP_STACKS": ""}
-
-
 @linux_only
 def test_importing_torch_distributed_nn_late_keeps_gloo_alive(make_script):
-    """Why the worker start-up imports it: without it the group outlives its destruction.
+    """Why course_helpers imports it: without it the group outlives its destruction.
 
     If a new PyTorch frees the group anyway, this fails; the workaround can then go.
     """
     script = make_script("ddp_small.py", DDP_SCRIPT)
-    result = launch(script, nproc_per_node=2, env=PLAIN_TORCHRUN, timeout=180, stream=False,
-                    check=False)
-    # Importing ddp_lib (or anything it imports, such as torchvision) must not import it first.
+    result = launch(script, nproc_per_node=2, timeout=180, stream=False, check=False)
+    # Nothing the launch does imports it first.
     assert "imported before init: False" in result.output(0), result.output(0)
     if not gloo_threads_named(result):
         pytest.skip("this torch does not name Gloo's worker threads (pt_gloo_runloop)")
@@ -110,48 +113,22 @@ def test_importing_torch_distributed_nn_late_keeps_gloo_alive(make_script):
     assert all(left.values()), f"no Gloo worker survived destroy_process_group: {left}"
 
 
-# The group outlives destroy_process_group (the model still holds it, as lesson 09's unused.py
-# does; FSDP2's cached device mesh does the same), and the last collective is all_gather_object's,
-# whose tensors the Gloo worker drops after the rank has moved on. On torch 2.11 and later a
-# worker still dropping them when Python shuts down aborts the rank: without the worker start-up's
-# wait at exit (``_wait_for_gloo_workers``), 6 of this test's 20 launches had a rank abort
-# (torch 2.14.1, 2 cores); with it, none.
-GROUP_OUTLIVES_SCRIPT = """
-    import torch
-    import torch.distributed as dist
-    from torch import nn
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    dist.init_process_group("gloo")
-    model = DDP(nn.Linear(16, 4), find_unused_parameters=True)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    for step in range(3):
-        optimizer.zero_grad()
-        model(torch.randn(8, 16)).sum().backward()
-        optimizer.step()
-    gathered = [None, None]
-    dist.all_gather_object(gathered, {"rank": dist.get_rank()})
-    print("done", gathered, flush=True)
-    dist.destroy_process_group()  # the model still holds the group: Gloo's workers live on
-"""
-
-
-@pytest.mark.sweep
-def test_a_group_that_outlives_destroy_exits_cleanly_every_time(make_script):
-    """Launches in a row of a script whose group lives until exit: no rank aborts."""
-    script = make_script("group_outlives.py", GROUP_OUTLIVES_SCRIPT)
-    results = [launch(script, nproc_per_node=2, timeout=180, stream=False, check=False)
-               for _ in range(RUNS)]
-    failures = [f"run {i}: exit {r.returncode}\n{r.output()[-2000:]}"
-                for i, r in enumerate(results) if not r.ok or "done" not in r.output(1)]
-    assert not failures, f"{len(failures)} of {RUNS} launches failed:\n" + "\n".join(failures)
+@linux_only
+def test_with_course_helpers_imported_first_no_gloo_thread_outlives_destroy(make_script):
+    script = make_script("ddp_small.py", DDP_SCRIPT)
+    result = launch(script, args=["--helpers"], nproc_per_node=2, timeout=180, stream=False)
+    assert "imported before init: True" in result.output(0), result.output(0)
+    if not gloo_threads_named(result):
+        pytest.skip("this torch does not name Gloo's worker threads (pt_gloo_runloop)")
+    assert gloo_workers_left(result) == {0: [], 1: []}, result.output()
 
 
 @pytest.mark.sweep
 def test_ddp_script_exits_cleanly_every_time(make_script):
-    """Launches in a row: no abort, and (Linux) no Gloo worker left after destroy."""
+    """Launches in a row, as the lessons' scripts: no abort, and (Linux) no Gloo worker left."""
     script = make_script("ddp_small.py", DDP_SCRIPT)
-    results = [launch(script, nproc_per_node=2, timeout=180, stream=False, check=False)
+    results = [launch(script, args=["--helpers"], nproc_per_node=2, timeout=180, stream=False,
+                      check=False)
                for _ in range(RUNS)]
     linux = sys.platform.startswith("linux")
     failures = [f"run {i}: exit {r.returncode}\n{r.output()[-2000:]}"

@@ -29,8 +29,7 @@ from ddp_lib import (
     messages,
     torchrun,
 )
-from ddp_lib.launch_result import LaunchResult
-from ddp_lib.supervise import Line
+from ddp_lib.launch_result import LaunchResult, Line
 
 ROOT = Path(__file__).resolve().parents[1]
 

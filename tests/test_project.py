@@ -103,3 +103,39 @@ def test_two_clones_each_import_their_own_ddp_lib(tmp_path):
         env={**env, "PATH": f"{clones[0] / '.venv' / 'bin'}{os.pathsep}{env['PATH']}"},
         capture_output=True, text=True, timeout=120)
     assert torchrun.stdout.strip() == str(clones[0] / "ddp_lib" / "__init__.py"), torchrun.stderr
+
+
+def ddp_lib_imports() -> dict[str, set[str]]:
+    """module -> the ddp_lib modules it imports anywhere (under ``TYPE_CHECKING`` too)."""
+    import ast
+
+    graph = {}
+    for path in (ROOT / "ddp_lib").glob("*.py"):
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module == "ddp_lib":
+                names |= {f"ddp_lib.{alias.name}" for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ddp_lib."):
+                names.add(node.module)
+            elif isinstance(node, ast.Import):
+                names |= {alias.name for alias in node.names if alias.name.startswith("ddp_lib.")}
+        graph[f"ddp_lib.{path.stem}"] = names
+    return graph
+
+
+def test_ddp_lib_has_no_import_circle():
+    graph = ddp_lib_imports()
+    modules = set(graph)
+
+    def circle_from(start: str, seen: tuple[str, ...]) -> tuple[str, ...] | None:
+        for name in sorted(graph.get(start, set()) & modules):
+            if name in seen:
+                return (*seen[seen.index(name):], name)
+            found = circle_from(name, (*seen, name))
+            if found:
+                return found
+        return None
+
+    circles = [circle for module in sorted(modules)
+               if (circle := circle_from(module, (module,))) and module != "ddp_lib.__init__"]
+    assert not circles, " -> ".join(circles[0])

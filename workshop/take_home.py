@@ -26,6 +26,8 @@ NOTEBOOKS = ROOT / "notebooks"
 HELPERS = ROOT / "course_helpers.py"
 DEFAULT_DEST = ROOT / "build" / "take-home"
 MAGIC = "%%write_script"
+# The scripts that need more than torch and torchvision, for what their lessons show.
+ALSO_NEEDS = {"init_methods.py": {"psutil"}, "mpi4py_group.py": {"mpi4py"}}
 
 
 def lesson_scripts(notebooks: Path = NOTEBOOKS) -> dict[str, tuple[str, str]]:
@@ -84,6 +86,7 @@ def readme(found: dict[str, tuple[str, str]]) -> str:
         "The data goes to `data/` here (`DDP_WORKSHOP_DATA_DIR` moves it): the real CIFAR-10,",
         "downloaded once, or offline a generated stand-in (`DDP_WORKSHOP_DATASET=synthetic`).",
         "`report()` writes only where `DDP_LIB_METRICS_FILE` names a file: here it does nothing.",
+        *(f"`{name}` also needs {', '.join(sorted(needs))}." for name, needs in ALSO_NEEDS.items()),
         "",
     ]
     for lesson, names in by_lesson.items():
