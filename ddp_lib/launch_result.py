@@ -12,6 +12,8 @@ import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ddp_lib.failures import Report
+
 _LIBRARY = Path(__file__).resolve().parent
 
 
@@ -112,6 +114,8 @@ class LaunchResult:
     timed_out: bool = False
     stacks: dict[int, str] = field(default_factory=dict)  # rank -> its stacks, if it hung
     script_digest: str = ""  # the script's ``digest`` when it was launched
+    # What the agents recorded of failed ranks (torchrun's error files), read once at the end.
+    failure_report: Report = field(default_factory=lambda: Report({}))
 
     @property
     def ok(self) -> bool:

@@ -257,7 +257,7 @@ def _run(script: Path, agents: list[Agent], run_dir: Path, metrics_file: Path, t
                           returncode=outcome.returncode, wall_time=outcome.wall_time,
                           lines=outcome.lines, metrics=metrics.read(metrics_file),
                           timed_out=outcome.timed_out, stacks=outcome.stacks,
-                          script_digest=script_digest)
+                          script_digest=script_digest, failure_report=failures.read(run_dir))
     if result.timed_out:
         raise LaunchTimeout(messages.timeout_message(result, timeout), result)
     if result.returncode != 0 and check:

@@ -39,13 +39,13 @@ _PEER_GONE = re.compile(r"Connection (closed|reset) by peer", re.IGNORECASE)
 
 def raised_errors(result: LaunchResult) -> dict[int, Failure]:
     """rank -> its failure, for every rank that failed with an uncaught exception (``message``)."""
-    return {rank: failure for rank, failure in failures.read(result.run_dir).failures.items()
+    return {rank: failure for rank, failure in result.failure_report.failures.items()
             if failure.message is not None}
 
 
 def root_cause(result: LaunchResult) -> tuple[int | None, int | None]:
     """The rank whose failure ended the launch and its exit code (``None``: not reported)."""
-    failed = failures.read(result.run_dir).failures
+    failed = result.failure_report.failures
     raised = sorted((f for f in failed.values() if f.message is not None),
                     key=lambda f: f.raised_at)
     causes = [f for f in raised if not _PEER_GONE.search(f.message)]
@@ -94,7 +94,7 @@ def last_error(result: LaunchResult, rank: int) -> str:
 
 def refusal(result: LaunchResult) -> str | None:
     """torchrun's own complaint about its command line, if that is why no worker ran."""
-    return failures.read(result.run_dir).refused
+    return result.failure_report.refused
 
 
 def refusal_message(result: LaunchResult, complaint: str) -> str:
@@ -174,7 +174,7 @@ def failure_message(result: LaunchResult, rank: int | None, exitcode: int | None
         parts.append(where)
     if tb:
         parts.append(f"Its error output:\n{_indent(tb)}")
-    failed = failures.read(result.run_dir).failures
+    failed = result.failure_report.failures
     errors = {other: last_error(result, other)
               for other in sorted({*result.ranks(), *failed}) if other != rank}
     others = [f"rank {other}: {error}" for other, error in errors.items() if error]

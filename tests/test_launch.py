@@ -171,7 +171,7 @@ def result_of(run_dir: Path, failures_by_rank: dict[int, ProcessFailure],
     record = failures.path(run_dir, "torchrun")
     failures.record(record, ChildFailedError("job.py", failures_by_rank))
     return LaunchResult(script=Path("job.py"), command=[], run_dir=run_dir, returncode=1,
-                        lines=list(lines))
+                        lines=list(lines), failure_report=failures.read(run_dir))
 
 
 def printed_traceback(rank: int, error: str) -> list[Line]:
