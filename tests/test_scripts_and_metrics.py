@@ -81,12 +81,13 @@ def test_reading_a_missing_metrics_file_gives_nothing(tmp_path):
 
 
 def test_from_notebook_writes_the_cell_of_another_lesson(workdir):
-    nb = {"cells": [
-        {"cell_type": "markdown", "source": "%%write_script a.py\nnot code"},
-        {"cell_type": "code", "source": ["%%write_script other.py\n", "x = 0\n"]},
-        {"cell_type": "code", "source": ["%%write_script a.py\n", "x = 1\n", "print(x)\n"]},
-    ]}
-    (workdir / "lesson.ipynb").write_text(json.dumps(nb))
+    nbformat = pytest.importorskip("nbformat")
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("%%write_script a.py\nnot code"),
+        nbformat.v4.new_code_cell("%%write_script other.py\nx = 0\n"),
+        nbformat.v4.new_code_cell("%%write_script a.py\nx = 1\nprint(x)\n"),
+    ])
+    nbformat.write(nb, workdir / "lesson.ipynb")
     path = scripts.from_notebook(workdir / "lesson.ipynb", "a.py", quiet=True)
     assert path.read_text() == "x = 1\nprint(x)\n"
     with pytest.raises(LookupError, match="no '%%write_script b.py' cell"):
