@@ -2,7 +2,8 @@
 
 It needs torch and torchvision only. ``make take-home`` copies it beside the lessons' final
 scripts, so ``torchrun train_ddp.py`` runs anywhere; in the course it is part of the project.
-Nothing here is what a lesson teaches: the distributed code stays in the scripts.
+Nothing here is what a lesson teaches: the distributed code stays in the scripts, but for one
+commented import below that works around a torch behaviour (docs/compatibility.md).
 
 - **Data.** ``prepare_cifar10()`` makes sure a data set is under ``DATA_DIR``: the real CIFAR-10
   if it is there or torchvision can download it; otherwise (offline, or

@@ -100,12 +100,16 @@ def build(dest: Path = DEFAULT_DEST) -> Path:
     partial = dest.with_name(dest.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    for name, (_, body) in found.items():
-        scripts.write_script(name, body, directory=partial, quiet=True)
-    shutil.copyfile(HELPERS, partial / HELPERS.name)
-    for name, text in job_files().items():
-        (partial / name).write_text(text, encoding="utf-8")
-    (partial / "README.md").write_text(readme(found), encoding="utf-8")
+    try:
+        for name, (_, body) in found.items():
+            scripts.write_script(name, body, directory=partial, quiet=True)
+        shutil.copyfile(HELPERS, partial / HELPERS.name)
+        for name, text in job_files().items():
+            (partial / name).write_text(text, encoding="utf-8")
+        (partial / "README.md").write_text(readme(found), encoding="utf-8")
+    except BaseException:  # no half-written folder left behind
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     shutil.rmtree(dest, ignore_errors=True)
     partial.rename(dest)
     return dest
