@@ -5,10 +5,10 @@ nbval runs the notebooks themselves (see the Makefile's test target); these chec
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
+import nbformat
 import pytest
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -20,12 +20,11 @@ EXERCISE = re.compile(r"^\*\*(\d+)\.", re.MULTILINE)
 
 
 def cells(path: Path) -> list[dict]:
-    return json.loads(path.read_text(encoding="utf-8"))["cells"]
+    return nbformat.read(path, as_version=4).cells
 
 
 def text(cell: dict) -> str:
-    source = cell["source"]
-    return source if isinstance(source, str) else "".join(source)
+    return cell["source"]
 
 
 def test_the_series_starts_with_set_up():

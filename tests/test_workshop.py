@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import ast
-import json
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from workshop import exercises, schedule
@@ -23,8 +23,8 @@ def edition(tmp_path_factory) -> Path:
 def built(edition) -> dict[str, tuple[dict, dict]]:
     """Each lesson's name: (the course's notebook, its learners' edition)."""
     exercises.build(edition.parent)
-    return {path.name: (json.loads(path.read_text(encoding="utf-8")),
-                        json.loads((edition / path.name).read_text(encoding="utf-8")))
+    return {path.name: (nbformat.read(path, as_version=4),
+                        nbformat.read(edition / path.name, as_version=4))
             for path in NOTEBOOKS}
 
 
@@ -98,9 +98,9 @@ def test_minutes_line_matches_the_metadata():
 
 
 def test_a_wrong_minutes_line_is_refused(tmp_path):
-    notebook = json.loads(NOTEBOOKS[0].read_text(encoding="utf-8"))
-    notebook["metadata"][schedule.KEY]["teaching_min"] += 5
-    (tmp_path / NOTEBOOKS[0].name).write_text(json.dumps(notebook), encoding="utf-8")
+    notebook = nbformat.read(NOTEBOOKS[0], as_version=4)
+    notebook.metadata[schedule.KEY]["teaching_min"] += 5
+    nbformat.write(notebook, tmp_path / NOTEBOOKS[0].name)
     with pytest.raises(ValueError, match="disagrees"):
         schedule.lessons(tmp_path)
 

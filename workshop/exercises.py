@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import re
 import sys
 from pathlib import Path
+
+import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = "solution"
@@ -34,7 +35,7 @@ def is_solution(cell: dict) -> bool:
 
 def source(cell: dict) -> str:
     text = cell["source"]
-    return text if isinstance(text, str) else "".join(text)
+    return text if isinstance(text, str) else "".join(text)  # nbformat: str; raw JSON: lines
 
 
 def stub(solution: dict, exercise: dict) -> dict:
@@ -57,7 +58,7 @@ def stub(solution: dict, exercise: dict) -> dict:
                                 for tag in cell["metadata"]["tags"] if tag != "nbval-check-output"]
     cell["metadata"].pop("jupyter", None)  # a stub is meant to be seen
     cell["metadata"].pop(STUB_INSTRUCTION, None)
-    cell["source"] = [line + "\n" for line in lines[:-1]] + [lines[-1]]
+    cell["source"] = "\n".join(lines)
     cell["outputs"], cell["execution_count"] = [], None
     return cell
 
@@ -89,11 +90,8 @@ def build(dest: Path, notebooks: Path = ROOT / "notebooks") -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for path in sorted(notebooks.glob("[0-9][0-9]_*.ipynb")):
-        notebook = json.loads(path.read_text(encoding="utf-8"))
         target = out / path.name
-        with target.open("w", encoding="utf-8") as f:
-            json.dump(edition(notebook), f, indent=1, ensure_ascii=False)
-            f.write("\n")
+        nbformat.write(edition(nbformat.read(path, as_version=4)), target)
         written.append(target)
     return written
 

@@ -11,11 +11,12 @@ kept here with where each comes from, because a schedule is only as good as its 
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -137,9 +138,9 @@ def lessons(folder: Path = NOTEBOOKS) -> list[Lesson]:
     """Every lesson, from its metadata; the first cell's minutes line must agree with it."""
     found = []
     for path in sorted(folder.glob("[0-9][0-9]_*.ipynb")):
-        notebook = json.loads(path.read_text(encoding="utf-8"))
-        meta = notebook["metadata"][KEY]
-        first = "".join(notebook["cells"][0]["source"])
+        notebook = nbformat.read(path, as_version=4)
+        meta = notebook.metadata[KEY]
+        first = notebook.cells[0].source
         shown = MINUTES_LINE.search(first)
         minutes = (meta["teaching_min"], meta["exercises_min"])
         if not shown or (int(shown[1]), int(shown[2])) != minutes:
