@@ -7,7 +7,7 @@
 #
 # TORCH=system (e.g. `export TORCH=system`, then make setup, make lab...) keeps the torch and
 # torchvision of a cluster's module or container: the environment sees the system's packages,
-# checks their versions against the supported range (ddp_lib/compat.py) and installs only the
+# checks their versions against the supported range (workshop/compat.py) and installs only the
 # other pins of requirements.txt.
 
 SHELL := /bin/bash
@@ -101,7 +101,7 @@ ifeq ($(TORCH),system)
 	$(PINS_BUT_TORCH) > "$(VENV)/requirements.txt"
 	"$(BIN)/python" -m pip install --quiet --disable-pip-version-check \
 		$(if $(FIND_LINKS),--no-index --find-links "$(FIND_LINKS)" -r "$(FIND_LINKS)/requirements.txt",-r "$(VENV)/requirements.txt")
-	"$(BIN)/python" ddp_lib/compat.py check
+	"$(BIN)/python" workshop/compat.py check
 else
 	$(PYTHON) -m venv "$(VENV)"
 	"$(BIN)/python" -m pip install --quiet --disable-pip-version-check -r requirements.txt
@@ -196,7 +196,7 @@ bench: export DDP_WORKSHOP_DATASET ?= synthetic
 bench: setup
 	"$(BIN)/python" -m benchmarks.run_all $(BENCH_ARGS)
 
-# Another torch, e.g. make compat TORCH=2.4.1 (a release listed in ddp_lib/compat.py): a second
+# Another torch, e.g. make compat TORCH=2.4.1 (a release listed in workshop/compat.py): a second
 # environment, outside the clone, with that torch, the torchvision built for it and the other
 # pins; then, on the CPU, the tests that launch torchrun and every notebook, as make test runs them,
 # with the long sweep's launches too (20 clean exits in a row, the Slurm job, a two-node hang): an
@@ -210,18 +210,18 @@ compat: export DDP_WORKSHOP_FULL_SIZE ?= 0
 compat: export CUDA_VISIBLE_DEVICES ?=
 compat: $(COMPAT_VENV)/.ready
 	@$(call install_open_mpi,$(COMPAT_VENV))
-	"$(COMPAT_VENV)/bin/python" ddp_lib/compat.py check
+	"$(COMPAT_VENV)/bin/python" workshop/compat.py check
 	"$(COMPAT_VENV)/bin/python" -m pytest $(COMPAT_TESTS) --nbval-lax --nbval-current-env \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600 --durations=15
 
 $(COMPAT_VENV)/.ready:
 	@case "$(TORCH)" in ""|system) echo "usage: make compat TORCH=2.4.1"; exit 2;; esac
-	$(PYTHON) ddp_lib/compat.py torchvision-for "$(TORCH)" >/dev/null
+	$(PYTHON) workshop/compat.py torchvision-for "$(TORCH)" >/dev/null
 	rm -rf "$(@D)"
 	$(PYTHON) -m venv "$(@D)"
 	$(PINS_BUT_TORCH) > "$(@D)/requirements.txt"
 	"$(@D)/bin/python" -m pip install --quiet --disable-pip-version-check "torch==$(TORCH)" \
-		"torchvision==$$($(PYTHON) ddp_lib/compat.py torchvision-for "$(TORCH)")" -r "$(@D)/requirements.txt"
+		"torchvision==$$($(PYTHON) workshop/compat.py torchvision-for "$(TORCH)")" -r "$(@D)/requirements.txt"
 	touch "$@"
 
 # Wheels of everything a learner needs besides torch and torchvision, and the setuptools that

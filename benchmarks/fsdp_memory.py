@@ -25,7 +25,8 @@ import torch
 import course_helpers
 import ddp_lib
 from benchmarks.common import ROOT, Table, build_dir, median
-from ddp_lib import messages, scripts
+from ddp_lib import scripts
+from ddp_lib.launching import messages
 
 STRATEGIES = {
     "ddp": "DDP",

@@ -8,7 +8,8 @@ in the scripts, in plain PyTorch.
 """
 
 from ddp_lib.hardware import detect, plan
-from ddp_lib.launch_result import (
+from ddp_lib.launching.launcher import launch, launch_nodes
+from ddp_lib.launching.result import (
     LaunchError,
     LaunchInterrupted,
     LaunchResult,
@@ -16,7 +17,6 @@ from ddp_lib.launch_result import (
     RankFailed,
     StaleResult,
 )
-from ddp_lib.launcher import launch, launch_nodes
 from ddp_lib.scripts import write_script
 
 __all__ = [

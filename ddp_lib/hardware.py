@@ -1,13 +1,8 @@
-"""What hardware is here, and how the course uses it.
-
-Every lesson script makes the same decision by itself: where it sees a CUDA GPU, NCCL, each
-process on a GPU of its own (``cuda:LOCAL_RANK`` when it sees all of the machine's GPUs,
-``cuda:0`` when the launcher gave it only its own); with no GPU, Gloo on the CPU, the CPU cores
-split between the processes; ``DDP_BACKEND`` overrides. ``plan`` decides for a launch from this
-kernel, which sees every GPU of the machine: NCCL with a GPU for every process, else Gloo, passed
-to the scripts as ``DDP_BACKEND`` where their own rule would pick NCCL. Notebooks print it and why;
-and it also decides how large the lessons' experiments are (``course_sizes``), so that the whole
-series runs in minutes on a 2-core laptop and at full size on GPUs.
+"""What hardware is here, and how the course uses it. A lesson script picks by itself: with a CUDA
+GPU, NCCL and a GPU per process (``cuda:LOCAL_RANK``, or ``cuda:0`` if given only its own); without,
+Gloo on the CPU, its cores split between the processes; ``DDP_BACKEND`` overrides. ``plan`` decides
+for a launch from this kernel, which sees every GPU: NCCL with a GPU per process, else Gloo, passed
+as ``DDP_BACKEND`` where the scripts would pick NCCL. ``course_sizes`` sizes the experiments.
 """
 
 from __future__ import annotations
@@ -76,7 +71,6 @@ class Plan:
         )
 
 
-
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
@@ -112,9 +106,7 @@ def default_nproc_per_node(hw: Hardware | None = None) -> int:
 
 
 def script_backend(gpus: int) -> str:
-    """The backend a lesson script picks by itself (``DDP_BACKEND`` unset): NCCL where it sees a
-    GPU. One GPU it takes as its own (``cuda:0``: a launcher may give each process one); with
-    several but fewer than its machine's processes, its own check stops it."""
+    """The backend a lesson script picks with ``DDP_BACKEND`` unset: NCCL where it sees a GPU."""
     return "nccl" if gpus > 0 else "gloo"
 
 
@@ -168,14 +160,10 @@ def plan(nproc_per_node: int | None = None, backend: str | None = None,
     return Plan(n, "gloo", "cpu", threads, reason, backend_set)
 
 
-
 def _tf32_flags() -> tuple[list[tuple[object, str]], str | None]:
-    """The switches that let CUDA run float32 convolutions and matmuls as TF32, and their style.
-
-    Newer torch releases replaced ``allow_tf32`` (True/False) by ``fp32_precision``
-    ("tf32"/"ieee") per operation, and may refuse to read the old flag once the new one is set:
-    use one style only, the newest this torch has.
-    """
+    """The switches that let CUDA run float32 convolutions and matmuls as TF32, and their style:
+    newer torch replaced ``allow_tf32`` by per-operation ``fp32_precision`` ("tf32"/"ieee") and may
+    refuse to read the old flag once the new one is set, so only the newest style is used."""
     cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
     if hasattr(cudnn, "conv"):
         return [(cudnn.conv, "fp32_precision"), (matmul, "fp32_precision")], "tf32"
@@ -193,10 +181,7 @@ def tf32_convolutions() -> bool:
 @contextlib.contextmanager
 def tf32(enabled: bool):
     """Within the block, let CUDA run float32 convolutions and matmuls as TF32 or not; then restore.
-
-    Lesson 02 compares gradients computed two ways and needs full float32 for that on GPUs of
-    compute capability 8.0 and newer; on a CPU the flags change nothing.
-    """
+    Lesson 02 needs full float32 to compare gradients on GPUs of compute capability 8.0+."""
     flags, style = _tf32_flags()
     value = (style if enabled else "ieee") if style else enabled
     saved = [getattr(obj, name) for obj, name in flags]
@@ -207,7 +192,6 @@ def tf32(enabled: bool):
     finally:
         for (obj, name), old in zip(flags, saved, strict=True):
             setattr(obj, name, old)
-
 
 
 @dataclass(frozen=True)
@@ -222,14 +206,9 @@ class Sizes:
 
 
 def course_sizes(hw: Hardware | None = None) -> Sizes:
-    """Small enough to run the series in minutes on CPU; the whole data set where a GPU is there.
-
-    ``DDP_WORKSHOP_FULL_SIZE=1`` forces the full size, ``=0`` the small one. The sample counts
-    never exceed those of the data set the lessons load (``course_helpers.sample_counts``,
-    which prepares nothing): the full size is all of it, 50,000 + 10,000 images of the real
-    CIFAR-10 but fewer of the synthetic stand-in, so that what a lesson plans, prints and checks
-    is what its runs train on.
-    """
+    """Small enough to run the series in minutes on CPU; the whole data set where a GPU is there
+    (``DDP_WORKSHOP_FULL_SIZE=1`` forces it, ``=0`` the small size); never more than the data set
+    the lessons load (``course_helpers.sample_counts``), so a lesson prints what it trains on."""
     hw = hw or detect()
     forced = os.environ.get("DDP_WORKSHOP_FULL_SIZE")
     full = hw.cuda_gpus > 0 if forced is None else forced == "1"

@@ -1,16 +1,6 @@
-"""Write a lesson's training script from a notebook cell.
-
-The script's text lives in the notebook, where the lesson shows it; this module only puts it on
-disk, in a git-ignored ``scripts/`` folder beside the notebooks, so that ``torchrun`` (from the
-notebook or from a terminal) can run it. Writing is atomic (a running launch never reads half a
-file), re-writing identical text is quiet, and a syntax error is reported before anything runs.
-
-In a notebook::
-
-    %load_ext ddp_lib
-    %%write_script hello.py
-    import torch.distributed as dist
-    ...
+"""Write a lesson's training script from a notebook cell (``%load_ext ddp_lib``, then
+``%%write_script NAME.py``) into a git-ignored ``scripts/`` folder beside the notebooks, for
+``torchrun``: atomically (a running launch never reads half a file), once the text compiles.
 """
 
 from __future__ import annotations
@@ -62,11 +52,8 @@ def normalised(source: str) -> str:
 
 def from_notebook(notebook: str | os.PathLike, name: str, *,
                   directory: str | os.PathLike = SCRIPTS_DIR, quiet: bool = False) -> Path:
-    """Write the script that ``notebook`` writes with ``%%write_script name``, from its cell.
-
-    A later lesson that builds on an earlier lesson's script takes it from that notebook's
-    source, so the two can never drift apart, even if the earlier lesson was not run here.
-    """
+    """Write the script that ``notebook`` writes with ``%%write_script name``, from its cell: a
+    later lesson that builds on it cannot drift from it, even if that notebook was not run here."""
     import nbformat  # Jupyter's; a script written from a notebook has Jupyter there
 
     for cell in nbformat.read(notebook, as_version=4).cells:
@@ -86,11 +73,8 @@ def diff(old: str | os.PathLike, new: str | os.PathLike, context: int = 3) -> st
 
 
 def load_module(path: str | os.PathLike) -> ModuleType:
-    """Import a lesson script as a module (its ``main()`` does not run), without ``sys.path`` edits.
-
-    A notebook that checks a script's training by hand uses the script's own functions (the
-    same data preparation, for instance), so the two cannot differ.
-    """
+    """Import a lesson script as a module (its ``main()`` does not run), without ``sys.path`` edits,
+    so that a notebook can check its training with the script's own functions."""
     path = Path(path)
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)

@@ -107,7 +107,7 @@ SLEEP_CALLS = {"x86_64": {"35", "230"}, "aarch64": {"101", "115"}}.get(platform.
 def _in_sleep_call(process: psutil.Process) -> bool:
     """Whether a worker (not its torchrun agent) is blocked in a sleep system call now."""
     try:
-        if "ddp_lib.agent" in " ".join(process.cmdline()):
+        if "ddp_lib.launching.agent" in " ".join(process.cmdline()):
             return False
         if SLEEP_CALLS is None:  # another processor: sleeping is as close as we can tell
             return process.status() == psutil.STATUS_SLEEPING
@@ -160,8 +160,8 @@ def test_a_failed_or_interrupted_launch_shows_its_message_without_library_frames
 # process has exited, which is when an interrupt can arrive after the run has finished.
 SLOW_END = """
 import time
-from ddp_lib import supervise
-_read_lines = supervise._read_lines
+from ddp_lib.launching import supervise
+_read_lines = supervise.read_lines
 
 class _HeldEnd:
     def __init__(self, out):
@@ -171,7 +171,7 @@ class _HeldEnd:
             time.sleep(5)
         self.out.put(item)
 
-supervise._read_lines = lambda pipe, stream, node, launcher, out: _read_lines(
+supervise.read_lines = lambda pipe, stream, node, launcher, out: _read_lines(
     pipe, stream, node, launcher, _HeldEnd(out))
 """
 

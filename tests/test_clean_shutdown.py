@@ -29,6 +29,7 @@ from ddp_lib import launch
 DDP_SCRIPT = """
     import sys
 
+    import time
     import torch
     import torch.distributed as dist
     from torch import nn
@@ -61,6 +62,7 @@ DDP_SCRIPT = """
 
     dist.barrier()           # nobody leaves while a peer is still inside a collective
     del model, optimizer     # DDP's reducer holds the process group too
+    time.sleep(0.2)  # torch 2.4-2.7 can hang in destroy: pytorch/pytorch#154976
     dist.destroy_process_group()
     print("threads after destroy:", thread_names(), flush=True)
 """

@@ -1,4 +1,4 @@
-"""ddp_lib.compat: the supported torch range, and the torchvision built for each torch."""
+"""workshop.compat: the supported torch range, and the torchvision built for each torch."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ddp_lib import compat
+from workshop import compat
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -94,7 +94,7 @@ def test_check_installed_accepts_this_environment(capsys):
 
 
 def test_the_makefile_runs_it_as_a_script_without_importing_torch():
-    script = ROOT / "ddp_lib" / "compat.py"
+    script = ROOT / "workshop" / "compat.py"
     found = subprocess.run([sys.executable, "-S", str(script), "torchvision-for", "2.4.1"],
                            capture_output=True, text=True, check=True)
     assert found.stdout == "0.19.1\n"

@@ -6,7 +6,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from ddp_lib import diagrams, ring  # noqa: E402
+from ddp_lib.figures import diagrams, ring  # noqa: E402
 
 
 def test_data_parallel_step_shows_one_row_per_device():

@@ -1,4 +1,4 @@
-"""ddp_lib.faults: a worker killed on purpose, in a real launch, at the moment asked for."""
+"""ddp_lib.launching.faults: a worker killed on purpose, in a real launch, when asked."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from ddp_lib import RankFailed, faults, launch
+from ddp_lib import RankFailed, launch
+from ddp_lib.launching import faults
 
 WAITS_FOR_THE_KILL = """
     import os, sys, time

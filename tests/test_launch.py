@@ -19,22 +19,15 @@ from torch.distributed.elastic.multiprocessing.errors import (
     ProcessFailure,
 )
 
-from ddp_lib import (
-    LaunchError,
-    LaunchTimeout,
-    RankFailed,
-    failures,
-    launch,
-    launch_nodes,
-    messages,
-    torchrun,
-)
-from ddp_lib.launch_result import LaunchResult, Line
+from ddp_lib import LaunchError, LaunchTimeout, RankFailed, launch, launch_nodes
+from ddp_lib.launching import messages, records, torchrun
+from ddp_lib.launching.result import LaunchResult, Line
 
 ROOT = Path(__file__).resolve().parents[1]
 
 ALL_REDUCE = """
     import os, sys
+    import time
     import torch
     import torch.distributed as dist
     from course_helpers import report
@@ -48,11 +41,13 @@ ALL_REDUCE = """
     print(f"backend={os.environ.get('DDP_BACKEND')} extra={os.environ.get('EXTRA')}")
     report("sum", t.item(), step=rank)
     dist.barrier()
+    time.sleep(0.2)  # torch 2.4-2.7 can hang in destroy: pytorch/pytorch#154976
     dist.destroy_process_group()
 """
 
 RANK1_FAILS = """
     import os, sys
+    import time
     import torch
     import torch.distributed as dist
 
@@ -62,6 +57,7 @@ RANK1_FAILS = """
             raise ValueError("rank one gives up")
         os.kill(os.getpid(), 9)
     dist.all_reduce(torch.ones(1))  # rank 0 blocks here: rank 1 never joins
+    time.sleep(0.2)  # torch 2.4-2.7 can hang in destroy: pytorch/pytorch#154976
     dist.destroy_process_group()
 """
 
@@ -168,10 +164,10 @@ def failed(folder: Path, rank: int, exitcode: int, raised: Exception | None = No
 def result_of(run_dir: Path, failures_by_rank: dict[int, ProcessFailure],
               lines: list[Line] = ()) -> LaunchResult:
     """A failed launch whose agent reported ``failures_by_rank`` (a ChildFailedError's)."""
-    record = failures.path(run_dir, "torchrun")
-    failures.record(record, ChildFailedError("job.py", failures_by_rank))
+    record = records.path(run_dir, "torchrun")
+    records.record(record, ChildFailedError("job.py", failures_by_rank))
     return LaunchResult(script=Path("job.py"), command=[], run_dir=run_dir, returncode=1,
-                        lines=list(lines), failure_report=failures.read(run_dir))
+                        lines=list(lines), failure_report=records.read(run_dir))
 
 
 def printed_traceback(rank: int, error: str) -> list[Line]:
@@ -319,6 +315,7 @@ def test_timeout_stops_everything(make_script, workdir):
 
 NODE_REPORT = """
     import os
+    import time
     import torch
     import torch.distributed as dist
     from course_helpers import report
@@ -329,11 +326,13 @@ NODE_REPORT = """
     report("node", int(os.environ["GROUP_RANK"]), cores=sorted(os.sched_getaffinity(0)),
            world=dist.get_world_size(), sum=t.item())
     dist.barrier()
+    time.sleep(0.2)  # torch 2.4-2.7 can hang in destroy: pytorch/pytorch#154976
     dist.destroy_process_group()
 """
 
 NODE1_FAILS = """
     import os
+    import time
     import torch
     import torch.distributed as dist
 
@@ -341,6 +340,7 @@ NODE1_FAILS = """
     if os.environ["GROUP_RANK"] == "1":
         raise RuntimeError("node one is lost")
     dist.all_reduce(torch.ones(1))  # node 0 blocks here: its peer never joins
+    time.sleep(0.2)  # torch 2.4-2.7 can hang in destroy: pytorch/pytorch#154976
     dist.destroy_process_group()
 """
 
@@ -397,6 +397,7 @@ RESTARTED = """
             os.kill(os.getpid(), 9)  # a worker dies; torchrun restarts the group
     print(f"attempt {attempt} done", flush=True)
     dist.barrier()
+    time.sleep(0.2)  # torch 2.4-2.7 can hang in destroy: pytorch/pytorch#154976
     dist.destroy_process_group()
 """
 

@@ -47,6 +47,7 @@ RANKS = """
         # busy machine that error could beat mpiexec, which kills this rank for rank 1's signal.
         time.sleep(60)
     dist.all_reduce(total)  # rank 0 waits here for a rank 1 that failed
+    time.sleep(0.2)  # torch 2.4-2.7 can hang in destroy: pytorch/pytorch#154976
     dist.destroy_process_group()
 """.replace("import os, sys, time", "import os, signal, sys, time")
 

@@ -32,6 +32,7 @@ JOB = """
 import os
 import socket
 
+import time
 import torch
 import torch.distributed as dist
 
@@ -44,6 +45,7 @@ print(f"rank={rank} world={dist.get_world_size()} host={socket.gethostname()} "
       f"master={master} master_ip={socket.gethostbyname(master)} sum={total.item():g}",
       flush=True)
 dist.barrier()
+time.sleep(0.2)  # torch 2.4-2.7 can hang in destroy: pytorch/pytorch#154976
 dist.destroy_process_group()
 """
 
@@ -56,6 +58,7 @@ import os
 import socket
 import sys
 
+import time
 import torch
 import torch.distributed as dist
 
@@ -69,6 +72,7 @@ master = os.environ["MASTER_ADDR"]
 sys.stdout.write(f"rank={rank} world={world} host={socket.gethostname()} master={master} "
                  f"master_ip={socket.gethostbyname(master)} sum={total.item():g}\\n")
 sys.stdout.flush()
+time.sleep(0.2)  # torch 2.4-2.7 can hang in destroy: pytorch/pytorch#154976
 dist.destroy_process_group()
 """
 

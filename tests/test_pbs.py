@@ -68,6 +68,7 @@ sys.stdout.write(f"rank={rank} world={world} local={local} host={os.environ['PMI
                  f"cores={len(os.sched_getaffinity(0))} "
                  f"gpus={os.environ.get('CUDA_VISIBLE_DEVICES', 'all')}\\n")
 sys.stdout.flush()
+time.sleep(0.2)  # torch 2.4-2.7 can hang in destroy: pytorch/pytorch#154976
 dist.destroy_process_group()
 """
 

@@ -6,7 +6,7 @@ matplotlib.use("Agg")
 
 import numpy as np  # noqa: E402
 
-from ddp_lib import plots, ring  # noqa: E402
+from ddp_lib.figures import plots, ring  # noqa: E402
 
 
 def test_image_grid_has_one_titled_panel_per_image():
@@ -39,7 +39,7 @@ def test_curves_draws_one_line_per_series():
 
 
 def test_timelines_draw_two_rows_per_rank_and_a_bar_per_span():
-    from ddp_lib.timeline import COMMUNICATION, COMPUTE, STEP, Span
+    from ddp_lib.figures.timeline import COMMUNICATION, COMPUTE, STEP, Span
 
     spans = [Span(r, lane, kind, start, end, 0) for r in (0, 1) for lane, kind, start, end in (
         (STEP, "step", 0, 10), (COMPUTE, "forward", 0, 3), (COMPUTE, "backward", 3, 8),

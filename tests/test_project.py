@@ -51,12 +51,17 @@ def test_both_environments_install_the_project_itself():
 def test_the_package_holds_every_file_of_ddp_lib():
     """A file left out would be missing from an install that is not editable."""
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    data = setuptools.get("package-data", {}).get("ddp_lib", [])
+    data = setuptools.get("package-data", {})
     library = ROOT / "ddp_lib"
-    for path in sorted(library.rglob("*.py")):
+    files = [p for p in library.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    assert any(p.suffix != ".py" for p in files)  # the job files' templates
+    for path in sorted(files):
         package = ".".join(path.relative_to(ROOT).parent.parts)
-        assert package in setuptools["packages"] or any(
-            fnmatch(str(path.relative_to(library)), pattern) for pattern in data), path
+        held_as_data = any(
+            fnmatch(str(path.relative_to(ROOT / owner.replace(".", "/"))), pattern)
+            for owner, patterns in data.items() if package.startswith(owner)
+            for pattern in patterns)
+        assert (path.suffix == ".py" and package in setuptools["packages"]) or held_as_data, path
 
 
 def test_ci_runs_the_readmes_test_commands():
@@ -105,22 +110,38 @@ def test_two_clones_each_import_their_own_ddp_lib(tmp_path):
     assert torchrun.stdout.strip() == str(clones[0] / "ddp_lib" / "__init__.py"), torchrun.stderr
 
 
+LIBRARY_FILES = sorted((ROOT / "ddp_lib").rglob("*.py"))
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
 def ddp_lib_imports() -> dict[str, set[str]]:
     """module -> the ddp_lib modules it imports anywhere (under ``TYPE_CHECKING`` too)."""
     import ast
 
+    modules = {module_name(path) for path in LIBRARY_FILES}
     graph = {}
-    for path in (ROOT / "ddp_lib").glob("*.py"):
+    for path in LIBRARY_FILES:
         names = set()
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.ImportFrom) and node.module == "ddp_lib":
-                names |= {f"ddp_lib.{alias.name}" for alias in node.names}
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ddp_lib."):
-                names.add(node.module)
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ddp_lib"):
+                for alias in node.names:  # a module of the package, or a name in the module
+                    whole = f"{node.module}.{alias.name}"
+                    names.add(whole if whole in modules else node.module)
             elif isinstance(node, ast.Import):
                 names |= {alias.name for alias in node.names if alias.name.startswith("ddp_lib.")}
-        graph[f"ddp_lib.{path.stem}"] = names
+        graph[module_name(path)] = names
     return graph
+
+
+def test_ddp_lib_stays_small_enough_to_read():
+    """The whole library at most 3,500 lines, a module at most 400: a newcomer can hold it."""
+    lengths = {module_name(p): len(p.read_text().splitlines()) for p in LIBRARY_FILES}
+    assert sum(lengths.values()) <= 3500, sorted(lengths.items(), key=lambda kv: -kv[1])[:5]
+    assert max(lengths.values()) <= 400, max(lengths.items(), key=lambda kv: kv[1])
 
 
 def test_ddp_lib_has_no_import_circle():
@@ -137,5 +158,5 @@ def test_ddp_lib_has_no_import_circle():
         return None
 
     circles = [circle for module in sorted(modules)
-               if (circle := circle_from(module, (module,))) and module != "ddp_lib.__init__"]
+               if (circle := circle_from(module, (module,))) and module != "ddp_lib"]
     assert not circles, " -> ".join(circles[0])

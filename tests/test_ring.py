@@ -2,7 +2,7 @@
 
 import pytest
 
-from ddp_lib import ring
+from ddp_lib.figures import ring
 
 SIZES = range(2, 9)
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import nbformat
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 import course_helpers
-from ddp_lib import metrics, results, scripts, write_script
+from ddp_lib import results, scripts, write_script
 from ddp_lib.files import atomic_write_text
+from ddp_lib.launching import metrics
 
 
 def test_write_script_dedents_and_reports(workdir, capsys):
@@ -81,7 +83,6 @@ def test_reading_a_missing_metrics_file_gives_nothing(tmp_path):
 
 
 def test_from_notebook_writes_the_cell_of_another_lesson(workdir):
-    nbformat = pytest.importorskip("nbformat")
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_markdown_cell("%%write_script a.py\nnot code"),
         nbformat.v4.new_code_cell("%%write_script other.py\nx = 0\n"),
@@ -141,9 +142,8 @@ def test_lesson_05_teaches_ddp_in_at_most_60_changed_lines(workdir):
     single = scripts.from_notebook(NOTEBOOKS / "01_single_device.ipynb", "train_single.py",
                                    quiet=True)
     ddp = scripts.from_notebook(NOTEBOOKS / "05_ddp.ipynb", "train_ddp.py", quiet=True)
-    shown = [cell for cell in json.loads((NOTEBOOKS / "05_ddp.ipynb").read_text())["cells"]
-             if 'scripts.diff("scripts/train_single.py", "scripts/train_ddp.py")'
-             in "".join(cell["source"])]
+    shown = [cell for cell in nbformat.read(NOTEBOOKS / "05_ddp.ipynb", as_version=4).cells
+             if 'scripts.diff("scripts/train_single.py", "scripts/train_ddp.py")' in cell.source]
     assert shown, "lesson 05 no longer prints the diff from train_single.py to train_ddp.py"
     assert diff_problems(single, ddp) == [], scripts.diff(single, ddp)
 
@@ -198,7 +198,7 @@ def test_load_module_imports_a_script_without_running_main(workdir):
 
 def test_report_weights_fingerprints_equal_and_different_weights(workdir, monkeypatch):
     torch = pytest.importorskip("torch")
-    from ddp_lib.launch_result import LaunchResult
+    from ddp_lib.launching.result import LaunchResult
 
     monkeypatch.setenv(metrics.ENV_VAR, str(workdir / "m.jsonl"))
     for rank, seed in enumerate([0, 0, 1]):

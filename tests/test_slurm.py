@@ -25,12 +25,14 @@ import subprocess
 import time
 from pathlib import Path
 
+import nbformat
 import psutil
 import pytest
 from conftest import command_line, processes_mentioning, wait_until_gone
 
-from ddp_lib import cluster, metrics, scripts
-from ddp_lib.launcher import free_ports
+from ddp_lib import cluster, scripts
+from ddp_lib.launching import metrics
+from ddp_lib.launching.launcher import free_ports
 
 PACKAGES = ["slurm-wlm", "munge"]
 TOOLS = ["munged", "slurmctld", "slurmd", "sbatch", "scontrol", "sinfo", "unshare"]
@@ -53,6 +55,7 @@ JOB = """
 import os
 import socket
 
+import time
 import torch
 import torch.distributed as dist
 
@@ -68,6 +71,7 @@ print(f"rank={rank} world={dist.get_world_size()} host={socket.gethostname()} "
       f"ddp_lib={os.path.dirname(os.path.realpath(ddp_lib.__file__))}",
       flush=True)
 dist.barrier()
+time.sleep(0.2)  # torch 2.4-2.7 can hang in destroy: pytorch/pytorch#154976
 dist.destroy_process_group()
 """
 
@@ -301,11 +305,10 @@ sys.stdout.write("probe " + json.dumps({"seen": seen, "launcher": launcher, "map
 
 def lesson_10_environment(name: str) -> dict[str, str]:
     """The environment a solution cell of lesson 10 gives a process, as ``name = dict(...)``."""
-    cells = json.loads(LESSON_10.read_text(encoding="utf-8"))["cells"]
-    for cell in cells:
-        if "solution" not in cell["metadata"].get("tags", []):
+    for cell in nbformat.read(LESSON_10, as_version=4).cells:
+        if "solution" not in cell.metadata.get("tags", []):
             continue
-        for node in ast.parse("".join(cell["source"])).body:
+        for node in ast.parse(cell.source).body:
             if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == name:
                 return {keyword.arg: ast.literal_eval(keyword.value)
                         for keyword in node.value.keywords}

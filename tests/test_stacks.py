@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from ddp_lib import LaunchTimeout, launch, launch_nodes, stacks
+from ddp_lib import LaunchTimeout, launch, launch_nodes
+from ddp_lib.launching import stacks
 
 WAITS = """
     import faulthandler

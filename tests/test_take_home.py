@@ -23,7 +23,7 @@ import torch
 import yaml
 
 from ddp_lib import scripts
-from ddp_lib.launcher import free_ports, mpiexec_program
+from ddp_lib.launching.launcher import free_ports, mpiexec_program
 from workshop import take_home
 
 ROOT = Path(__file__).resolve().parents[1]

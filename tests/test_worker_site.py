@@ -1,5 +1,5 @@
-"""What every process of a launch runs first (``ddp_lib/worker_site/sitecustomize.py``), besides
-the stack dumps (``test_stacks.py``) and torchrun's error files of scripts that import torch
+"""What every process of a launch runs first (``ddp_lib/launching/worker_site/``), besides the
+stack dumps (``test_stacks.py``) and torchrun's error files of scripts that import torch
 (``test_launch.py``)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ddp_lib import launch
 
-WORKER_SITE = Path(__file__).resolve().parents[1] / "ddp_lib" / "worker_site"
+WORKER_SITE = Path(__file__).resolve().parents[1] / "ddp_lib" / "launching" / "worker_site"
 
 # What a rank can see of its interpreter: an object only a reference cycle keeps, finalized by
 # Python's last garbage collection; which torch modules an import of torch brings; whether

@@ -6,7 +6,7 @@ it finds against that range, and ``make compat TORCH=2.4.1`` builds an environme
 torch (and the torchvision built for it) to run the notebooks and the launch tests there.
 
 This file imports nothing outside the standard library at module level, so the Makefile can run
-it as a script with any Python: ``python ddp_lib/compat.py torchvision-for 2.4.1``.
+it as a script with any Python: ``python workshop/compat.py torchvision-for 2.4.1``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import re
 import sys
 from importlib.metadata import PackageNotFoundError, version
-from pathlib import Path
 
 # Oldest and newest minor release the course is tested with (make compat, docs/compatibility.md).
 SUPPORTED_TORCH = ("2.4", "2.14")
@@ -95,7 +94,7 @@ def check(torch_version: str, torchvision_version: str | None) -> tuple[list[str
         problems.append(
             f"torchvision is not installed beside torch {torch_version}. Install the release "
             f"built for that torch (pip install torchvision==<0.x>, see "
-            f"ddp_lib/compat.py), or use a module or container that has both.")
+            f"workshop/compat.py), or use a module or container that has both.")
         return problems, warnings
     expected = {_minor(t): _minor(v) for t, v in TORCHVISION_FOR.items()}.get(found)
     if expected is not None and _minor(torchvision_version) != expected:
@@ -167,8 +166,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    # Run as a script (the Makefile does, before ddp_lib's own imports are installed), Python puts
-    # ddp_lib/ first on the path, where its modules (data, models...) could shadow others.
-    if sys.path and sys.path[0] == str(Path(__file__).resolve().parent):
-        del sys.path[0]
     sys.exit(main(sys.argv[1:]))

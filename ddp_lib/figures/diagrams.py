@@ -1,8 +1,5 @@
-"""Diagrams of the mechanisms the lessons explain, drawn from their rules rather than measured.
-
-``nn.DataParallel``'s step (lesson 02) and the ring all-reduce (lesson 03), as still figures and as
-an interactive stepper. Charts of measured numbers are in ``ddp_lib.plots``. As there, each figure
-helper draws with pyplot and returns the Figure.
+"""Diagrams of mechanisms, drawn from their rules rather than measured: ``nn.DataParallel``'s step
+(lesson 02) and the ring all-reduce (lesson 03). Each helper returns the Figure, as in ``plots``.
 """
 
 from __future__ import annotations
@@ -10,15 +7,12 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from ddp_lib import ring
+from ddp_lib.figures import ring
 
 
 def data_parallel_step(n_devices: int = 2) -> Figure:
-    """One training step of ``nn.DataParallel`` over ``n_devices``: who does what, where.
-
-    Columns are the stages of the step, rows the devices; arrows show what moves between
-    devices (everything passes through device 0).
-    """
+    """One ``nn.DataParallel`` step over ``n_devices``: stages in columns, devices in rows, arrows
+    for what moves between devices (everything passes through device 0)."""
     stages = ["1. scatter\nbatch", "2. replicate\nmodel", "3. forward\n(one thread each)",
               "4. gather\noutputs, loss", "5. backward:\ngrads summed"]
     fig, ax = plt.subplots(figsize=(10, 1.2 + 0.9 * n_devices))
@@ -59,11 +53,8 @@ def data_parallel_step(n_devices: int = 2) -> Figure:
 
 def draw_ring_step(ax, world_size: int, step: int, *, detail: bool = False) -> None:
     """Draw what every rank holds after ``step`` steps of a ring all-reduce (0: the start).
-
-    Rows are ranks, columns chunks. A cell's shade grows with the number of ranks summed into
-    it; "Σ" marks a fully reduced chunk. Orange edges: the chunk each rank sent in this step;
-    green: the chunk it received (added in the scatter-reduce, copied in the all-gather).
-    """
+    Rows are ranks, columns chunks; the shade grows with the ranks summed in ("Σ": all). Orange
+    edge: the chunk each rank sent in this step; green: the one it received (added, or copied)."""
     n = world_size
     steps = ring.schedule(n)
     state = ring.simulate(n)[step]
@@ -123,10 +114,7 @@ def ring_steps(world_size: int = 4, ncols: int = 4) -> Figure:
 
 
 def ring_widget(world_size: int = 4, max_world_size: int = 8):
-    """An interactive stepper: sliders (and a play button) for N ranks and the step.
-
-    Returns the ipywidgets box; displaying it in a notebook shows the controls and the figure.
-    """
+    """An interactive stepper (sliders and a play button for N and the step): an ipywidgets box."""
     import ipywidgets as widgets
     from IPython.display import display
 

@@ -1,9 +1,5 @@
-"""The lessons' charts of their data and measurements, so that notebook cells stay about the lesson.
-
-Images, bars, curves, scaling and timelines; the diagrams of how a mechanism works (DataParallel's
-step, the ring all-reduce) are in ``ddp_lib.diagrams``. Each helper draws with pyplot (so the
-figure appears under the cell) and returns the Figure, which a notebook assigns (``fig = ...``)
-rather than leaving as the cell's value, to show it once.
+"""Charts of the lessons' data and measurements (mechanisms are drawn in ``diagrams``). Each helper
+draws with pyplot and returns the Figure, which a notebook assigns (``fig = ...``) to show once.
 """
 
 from __future__ import annotations
@@ -82,10 +78,8 @@ def curves(series: Mapping[str, Sequence[tuple[float, float]]], *, xlabel: str, 
 
 def step_bars(steps: Mapping[str, Mapping[str, float]], kinds: Sequence[str], *,
               xlabel: str = "ms per step") -> Figure:
-    """One horizontal bar per run (top to bottom), split into ``kinds`` in the timelines' colours.
-
-    ``steps`` maps a run's name to its milliseconds per step of each kind.
-    """
+    """One horizontal bar per run, top to bottom: ``steps`` maps a run's name to its ms per step of
+    each of ``kinds``, stacked in the timelines' colours."""
     fig, ax = plt.subplots(figsize=(7, 1.2 + 0.5 * len(steps)))
     left = np.zeros(len(steps))
     for kind in kinds:
@@ -103,11 +97,8 @@ def step_bars(steps: Mapping[str, Mapping[str, float]], kinds: Sequence[str], *,
 
 def scaling(measured: Mapping[int, float], models: Mapping[str, Callable[[int], float]], *,
             up_to: int, title: str | None = None) -> Figure:
-    """Speed-up (left) and efficiency, speed-up ÷ N (right), against the number of processes N.
-
-    ``measured`` maps N to a measured speed-up (dots); each of ``models`` is a curve, a function
-    of N drawn from 1 to ``up_to``; the dotted line is the ideal.
-    """
+    """Speed-up (left) and efficiency, speed-up ÷ N (right), against the number of processes N:
+    ``measured`` (N -> speed-up) as dots, each of ``models`` as a curve from 1 to ``up_to``."""
     grid = list(range(1, up_to + 1))  # plain ints: a model may check that N is one
     counts = sorted(measured)
     fig, (speed, efficiency) = plt.subplots(1, 2, figsize=(11, 3.6))
@@ -118,8 +109,7 @@ def scaling(measured: Mapping[int, float], models: Mapping[str, Callable[[int], 
         speed.plot(grid, values, style, label=name)
         efficiency.plot(grid, values / np.array(grid), style, label=name)
     speed.plot(counts, [measured[n] for n in counts], "o", color="black", label="measured")
-    efficiency.plot(counts, [measured[n] / n for n in counts], "o", color="black",
-                    label="measured")
+    efficiency.plot(counts, [measured[n] / n for n in counts], "o", color="black", label="measured")
     speed.set_ylabel("speed-up (images/s ÷ one process's)")
     efficiency.set_ylabel("efficiency (speed-up ÷ N)")
     efficiency.set_ylim(0, 1.1)
@@ -138,15 +128,11 @@ TIMELINE_COLOURS = {"data": "0.6", "forward": "tab:blue", "backward": "tab:orang
 
 
 def timelines(panels: Mapping[str, Sequence], *, title: str | None = None) -> Figure:
-    """Gantt charts of DDP steps: one panel per run, two rows per rank (compute, communication).
-
-    ``panels`` maps a run's name to its spans (``ddp_lib.timeline.Span``, from ``read_traces``).
-    Dotted lines mark the steps; bars overlapping in time on a rank's two rows are communication
-    hidden behind computation.
-    """
+    """Gantt charts of DDP steps, one panel per run (name -> its ``read_traces`` spans), two rows
+    per rank; bars overlapping on a rank's two rows are communication hidden behind computation."""
     from matplotlib.patches import Patch
 
-    from ddp_lib.timeline import COMMUNICATION, COMPUTE, STEP
+    from ddp_lib.figures.timeline import COMMUNICATION, COMPUTE, STEP
 
     ranks_per_panel = [sorted({s.rank for s in spans}) for spans in panels.values()]
     heights = [0.6 + 0.55 * 2 * len(ranks) for ranks in ranks_per_panel]

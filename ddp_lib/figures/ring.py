@@ -1,24 +1,11 @@
-"""The ring all-reduce schedule, in pure Python: who sends which chunk to whom, step by step.
+"""The ring all-reduce schedule in pure Python, which lesson 03's figures draw and its hand-written
+all-reduce follows, so that the two cannot disagree.
 
-Lesson 03's figures draw this schedule, and its hand-written all-reduce over
-``torch.distributed`` follows it, so the picture and the real code cannot disagree.
-
-``N`` ranks stand in a ring; rank ``r`` only ever sends to its right neighbour ``(r + 1) % N``
-and receives from its left neighbour ``(r - 1) % N``. Every rank cuts its tensor into ``N``
-chunks. The all-reduce takes ``2 (N - 1)`` steps, in each of which every rank sends exactly one
-chunk and receives exactly one:
-
-1. **scatter-reduce** (``N - 1`` steps): at step ``s`` rank ``r`` sends chunk ``(r - s) % N`` and
-   adds the chunk ``(r - s - 1) % N`` it receives to its own. Afterwards rank ``r`` holds chunk
-   ``(r + 1) % N`` summed over all ranks.
-2. **all-gather** (``N - 1`` steps): at step ``s`` rank ``r`` sends chunk ``(r + 1 - s) % N``, a
-   finished one, and overwrites chunk ``(r - s) % N`` with the finished one it receives.
-
-Each rank therefore sends ``2 (N - 1)`` chunks of ``S / N`` bytes: ``2 (N - 1) / N * S`` bytes,
-less than ``2 S`` however many ranks take part.
-
-The time models (``time_ring``, ``time_root``) price one message at ``alpha + bytes / beta``: a
-latency plus the bytes over the bandwidth of one link, which sends and receives at once.
+Rank ``r`` of ``N`` sends only to ``(r + 1) % N`` and receives only from ``(r - 1) % N``. In
+``N - 1`` scatter-reduce steps it adds each chunk it receives to its own, ending with chunk
+``(r + 1) % N`` summed over all ranks; in ``N - 1`` all-gather steps the finished chunks go round.
+Each rank sends ``2 (N - 1) / N * S`` bytes, less than ``2 S`` however many ranks take part. The
+time models price a message at ``alpha + bytes / beta``; a link sends and receives at once.
 """
 
 from __future__ import annotations
@@ -31,15 +18,8 @@ ALL_GATHER = "all-gather"
 
 @dataclass(frozen=True)
 class Step:
-    """One step of the ring: every rank sends one chunk right and receives one from the left.
-
-    Attributes:
-        index: position in the whole all-reduce, ``0 .. 2 (N - 1) - 1``.
-        phase: ``"scatter-reduce"`` (received chunks are added) or ``"all-gather"`` (received
-            chunks replace what was there).
-        send: ``send[r]`` is the chunk rank ``r`` sends to rank ``(r + 1) % N``.
-        recv: ``recv[r]`` is the chunk rank ``r`` receives from rank ``(r - 1) % N``.
-    """
+    """One step: rank ``r`` sends chunk ``send[r]`` right and receives ``recv[r]`` from the left,
+    to add (``phase`` ``"scatter-reduce"``) or to put in place of its own (``"all-gather"``)."""
 
     index: int
     phase: str
@@ -86,13 +66,9 @@ Holdings = tuple[tuple[frozenset[int], ...], ...]  # [rank][chunk] -> ranks summ
 
 
 def simulate(world_size: int) -> list[Holdings]:
-    """What every rank holds before the first step and after each step.
-
-    Returns a list of ``2 (N - 1) + 1`` states; ``state[r][c]`` is the set of ranks whose chunk
-    ``c`` has been added into rank ``r``'s chunk ``c`` (at the start, ``{r}``). All sends of a
-    step happen at once: what a rank receives is what its left neighbour held before the step.
-    A fully reduced chunk holds all ``N`` ranks.
-    """
+    """What every rank holds before the first step and after each: ``state[r][c]`` is the set of
+    ranks whose chunk ``c`` is summed into rank ``r``'s (``{r}`` at first). All sends of a step
+    happen at once: a rank receives what its left neighbour held before."""
     _check(world_size)
     n = world_size
     state: Holdings = tuple(tuple(frozenset({r}) for _ in range(n)) for r in range(n))
@@ -129,33 +105,21 @@ def bytes_sent_ring(world_size: int, size_bytes: float) -> float:
 
 
 def bytes_naive(world_size: int, size_bytes: float) -> float:
-    """Bytes the busiest rank (the root) sends in an all-to-root scheme: ``(N - 1) * S``.
-
-    Every rank sends its whole tensor to the root (a parameter server), which adds them up and
-    sends the sum back to each of the ``N - 1`` others: the root receives ``(N - 1) S`` and
-    sends ``(N - 1) S``, and that one link is the bottleneck.
-    """
+    """Bytes the root sends in an all-to-root scheme (a parameter server): ``(N - 1) * S``, the
+    sum back to every other rank, after receiving as much; that one link is the bottleneck."""
     _check(world_size)
     return (world_size - 1) * size_bytes
 
 
 def time_ring(world_size: int, size_bytes: float, alpha: float, inv_beta: float) -> float:
-    """Seconds of a ring all-reduce: ``2 (N - 1) alpha + 2 (N - 1) / N * S / beta``.
-
-    ``2 (N - 1)`` steps, each one message of ``S / N`` bytes per rank; every rank sends and
-    receives at the same time, so a step costs one message. ``inv_beta`` is ``1 / beta``,
-    seconds per byte.
-    """
+    """Seconds of a ring all-reduce: ``2 (N - 1) alpha + 2 (N - 1) / N * S / beta``; ``inv_beta``
+    is ``1 / beta``, seconds per byte. Every rank sends and receives at once: one message a step."""
     return 2 * (world_size - 1) * alpha + bytes_sent_ring(world_size, size_bytes) * inv_beta
 
 
 def time_root(world_size: int, size_bytes: float, alpha: float, inv_beta: float) -> float:
-    """Seconds of the all-to-root scheme: ``2 (N - 1) alpha + 2 (N - 1) S / beta``.
-
-    The root receives ``N - 1`` messages of ``S`` bytes, one after the other on its one link,
-    and can send the sum only once it has them all: then ``N - 1`` messages of ``S`` bytes go
-    back out. ``2 (N - 1)`` messages and ``2 (N - 1) S`` bytes pass through the root's link in
-    turn, ``N`` times the ring's bytes term (already twice it for ``N = 2``).
-    """
+    """Seconds of the all-to-root scheme: ``2 (N - 1) alpha + 2 (N - 1) S / beta``. The root's one
+    link takes ``N - 1`` messages of ``S`` bytes in turn, then sends the sum back in ``N - 1`` more:
+    ``N`` times the ring's bytes term."""
     _check(world_size)
     return 2 * (world_size - 1) * (alpha + size_bytes * inv_beta)

@@ -1,23 +1,8 @@
-"""Per-rank timelines of DDP steps, read from the Chrome traces that ``torch.profiler`` writes.
-
-A lesson's script records a few training steps with ``torch.profiler`` and exports one trace per
-rank (``rank0.json``, ``rank1.json``, ...). This module turns those traces into spans, so that a
-notebook can draw who did what when (``plots.timelines``) and add up where a step's time went
-(``step_breakdown``). It reads what PyTorch itself records:
-
-- ``ProfilerStep#k``: one training step (``profiler.step()`` marks the boundaries);
-- ``forward``, ``backward``: ``record_function`` labels set by the script;
-- ``Optimizer.step#...``, ``enumerate(DataLoader)#...``: labels that PyTorch sets by itself;
-- ``gloo:all_reduce``, ``gloo:broadcast`` (CPU) or NCCL kernels (GPU): the collectives that DDP
-  runs on its communication threads or streams, one ``all_reduce`` per gradient bucket;
-- on GPUs, the kernels: backward's are launched by autograd's own thread, outside the training
-  loop's ``backward`` span, so backward is taken to be the kernels between forward and the
-  optimizer;
-- ``autograd::engine::evaluate_function: ...``: gradient computations; after the last one, a
-  ``backward`` that has not returned is waiting for the last buckets' all-reduce;
-- ``c10d::...``: the collectives the program asked for, whatever the backend, with their
-  tensors' shapes and types when the profiler ran with ``record_shapes=True``
-  (``collective_counts``, ``collective_bytes``).
+"""Per-rank timelines of DDP steps, read from the Chrome traces that ``torch.profiler`` writes (one
+per rank: ``rank0.json``, ...), to draw (``plots.timelines``) and add up (``step_breakdown``). It
+reads ``ProfilerStep#k``, the script's ``forward`` and ``backward``, PyTorch's ``Optimizer.step#``
+and ``enumerate(DataLoader)#``, DDP's collectives (``gloo:`` spans, NCCL kernels), gradient
+computations (``autograd::engine::evaluate_function``) and ``c10d::`` ops (what was asked for).
 """
 
 from __future__ import annotations
@@ -83,15 +68,9 @@ def _communication_kind(event: dict, on_gpu: bool) -> str | None:
 
 
 def read_trace(trace: dict | str | os.PathLike, rank: int) -> tuple[list[Span], float]:
-    """The spans of one rank's trace, and the absolute time (µs) of its first recorded step.
-
-    On a CPU trace, forward and backward are the training loop's ``record_function`` spans, and
-    backward is split where its last gradient was computed (after that it waits for the
-    all-reduce). On a GPU trace (one with kernels), forward and optimizer are the GPU's spans
-    (``gpu_user_annotation``), backward is the GPU's kernels between them (autograd launches them
-    from its own thread), and communication is the NCCL kernels.
-    Times are returned relative to the first step; ``read_traces`` puts all ranks on one clock.
-    """
+    """One rank's spans, in ms from its first recorded step, and that step's absolute time (µs).
+    CPU: backward is split where its last gradient was computed (then it waits). GPU: communication
+    is the NCCL kernels, backward the kernels between forward and optimizer (autograd's thread)."""
     if not isinstance(trace, dict):
         trace = json.loads(Path(trace).read_text(encoding="utf-8"))
     events = _events(trace)
@@ -169,13 +148,9 @@ def _events_and_steps(trace: dict | str | os.PathLike) -> tuple[list[dict], list
 
 
 def collective_counts(trace: dict | str | os.PathLike) -> dict[str, float]:
-    """How many of each collective one rank ran per recorded step (mean), by name, from its trace.
-
-    Two layers record them. ``c10d::`` ops are what the program asked torch.distributed for
-    (``c10d::allreduce_``, ``c10d::_allgather_base_``, ``c10d::_reduce_scatter_base_``...),
-    whatever the backend; ``gloo:`` spans are what Gloo then ran, which need not be the same
-    collective: torch's Gloo backend has no reduce-scatter and runs an all-reduce for each.
-    """
+    """How many of each collective one rank ran per recorded step (mean), by name. ``c10d::`` ops
+    are what the program asked for; ``gloo:`` spans what Gloo ran, which may differ: torch's Gloo
+    has no reduce-scatter and runs an all-reduce for each."""
     events, steps = _events_and_steps(trace)
     counts: dict[str, float] = defaultdict(float)
     for e in events:
@@ -191,16 +166,9 @@ ITEM_BYTES = {"double": 8, "float": 4, "c10::BFloat16": 2, "c10::Half": 2, "long
 
 
 def collective_bytes(trace: dict | str | os.PathLike) -> dict[str, float]:
-    """Bytes of each collective's buffer per recorded step (mean), by ``c10d::`` name.
-
-    The buffer is a collective's largest tensor: the one an all-reduce or a broadcast works on,
-    the output of an all-gather (every rank's shard), the input of a reduce-scatter. Its shape
-    and type are in the trace when the profiler ran with ``record_shapes=True``. Ops that take
-    a list of tensors (``c10d::allreduce_``, ``c10d::broadcast_``) record no element type: it is
-    read from the backend's span that ran them (``gloo:...``, the first with the same shape that
-    starts after the op). These are the bytes the program asked to move; what each rank sends
-    on the wire also depends on the algorithm (a ring all-reduce sends each byte about twice).
-    """
+    """Bytes per recorded step (mean) of each ``c10d::`` collective's buffer, its largest tensor
+    (needs ``record_shapes=True``); a tensor-list op's element type is read from the next backend
+    span of that shape. These are bytes asked for: a ring all-reduce sends each about twice."""
     events, steps = _events_and_steps(trace)
     backend = sorted((e for e in events if e["name"].startswith(("gloo:", "nccl:", "mpi:"))),
                      key=lambda e: e["ts"])
@@ -234,11 +202,7 @@ def collective_bytes(trace: dict | str | os.PathLike) -> dict[str, float]:
 
 
 def read_traces(directory: str | os.PathLike) -> list[Span]:
-    """All ranks' spans from ``directory/rank*.json``, on one clock (the earliest first step).
-
-    The ranks of one machine share its clock, so their spans line up; across machines they are
-    only as aligned as the machines' clocks.
-    """
+    """All ranks' spans from ``directory/rank*.json`` on one clock (aligned within one machine)."""
     paths = sorted(Path(directory).glob("rank*.json"), key=lambda p: int(p.stem[4:]))
     if not paths:
         raise FileNotFoundError(f"no rank*.json traces in {directory}")
@@ -268,12 +232,8 @@ def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> floa
 
 
 def step_breakdown(spans: list[Span]) -> dict[int, dict[str, float]]:
-    """Per rank, milliseconds per step (mean over the recorded steps) of every kind of span.
-
-    Besides the kinds, each rank gets ``step`` (the step's duration), ``communication`` (time
-    during which at least one collective ran) and ``hidden`` (the part of it during which the
-    rank was also computing gradients: overlapped with ``backward``).
-    """
+    """Per rank, mean ms per step of every kind of span, plus ``step`` (its duration),
+    ``communication`` (any collective running) and ``hidden`` (that part overlapping backward)."""
     by_rank: dict[int, list[Span]] = defaultdict(list)
     for s in spans:
         by_rank[s.rank].append(s)
@@ -295,15 +255,10 @@ def step_breakdown(spans: list[Span]) -> dict[int, dict[str, float]]:
 
 
 def transfer_ms(spans: list[Span]) -> float:
-    """Milliseconds per step that the collectives took once every rank had reached them.
-
-    A rank that reaches a collective first waits in it for the others, so a rank's
-    ``communication`` also counts how far behind its peers were: on a busy machine that varies
-    more than the bytes do. Here each collective (the k-th of a step on every rank: DDP runs the
-    same buckets in the same order everywhere) counts from its last rank's start to that rank's
-    end, which leaves the waiting out. Mean over the recorded steps; 0 for a single rank.
-    The ranks must share a clock, as those of one machine do (``read_traces``).
-    """
+    """Milliseconds per step the collectives took once every rank had reached them (0 for one rank).
+    A rank that arrives first waits for the others, which on a busy machine varies more than the
+    bytes; so the k-th collective of a step (DDP runs the same buckets in the same order on every
+    rank) counts from its last rank's start to that rank's end. Ranks must share a clock."""
     by_step: dict[int, dict[int, list[Span]]] = defaultdict(lambda: defaultdict(list))
     for s in spans:
         if s.lane == COMMUNICATION:
@@ -318,20 +273,15 @@ def transfer_ms(spans: list[Span]) -> float:
         if len({len(mine) for mine in per_rank}) != 1:
             raise ValueError(f"step {step}: the ranks ran different numbers of collectives "
                              f"({[len(mine) for mine in per_rank]}): not one DDP run's traces?")
-        last_arrivals = [max(same, key=lambda s: s.start)
-                         for same in zip(*per_rank, strict=True)]
+        last_arrivals = [max(same, key=lambda s: s.start) for same in zip(*per_rank, strict=True)]
         total += _union_length([(s.start, s.end) for s in last_arrivals])
     return total / len(steps)
 
 
 def first_all_reduce_ms(spans: list[Span]) -> float:
-    """Milliseconds from the start of backward to the start of its first all-reduce.
-
-    DDP starts a bucket's all-reduce once every gradient in it is ready, and the first bucket
-    holds the gradients backward produces first: the smaller it is, the sooner communication
-    begins. Mean over ranks and recorded steps; steps without an all-reduce during or after
-    backward are left out (``nan`` if none has one).
-    """
+    """Milliseconds from backward's start to its first all-reduce (mean of the steps with one, or
+    ``nan``): DDP all-reduces a bucket once its gradients are ready, and the first bucket holds
+    backward's first gradients, so the smaller it is, the sooner communication begins."""
     gaps = []
     for rank, step in sorted({(s.rank, s.step) for s in spans}):
         here = [s for s in spans if s.rank == rank and s.step == step]

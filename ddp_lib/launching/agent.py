@@ -1,15 +1,7 @@
-"""``python -m ddp_lib.agent ARGS``: ``torchrun ARGS``, keeping what failed as data.
-
-A launch runs each torchrun agent through this entry point. It calls torchrun's own ``main`` with
-the same arguments: the same workers, the same output and failure report, the same exit status.
-What torchrun only prints for a person, it also writes, as JSON, to the file named by
-``DDP_WORKSHOP_FAILURES`` (``ddp_lib.failures``), where the launch reads it:
-
-* each failed rank's ``ProcessFailure`` (exit code, signal, error file, time), from the
-  ``ChildFailedError`` that torchrun's ``main`` raises when workers fail;
-* the complaint of torchrun's argument parser when it refuses the command line and no worker
-  runs. argparse only prints it; its ``error`` method, which every refusal goes through, is where
-  to keep it. The arguments are parsed once before ``main`` parses them again (a millisecond).
+"""``python -m ddp_lib.launching.agent ARGS``: ``torchrun ARGS`` (torchrun's own ``main``: same
+workers, output, report and exit status), also writing what torchrun only prints, as JSON, to
+``DDP_WORKSHOP_FAILURES`` (``ddp_lib.launching.records``): each failed rank's ``ProcessFailure``
+and the parser's refusal of the command line, caught by parsing it once before ``main`` does.
 """
 
 from __future__ import annotations
@@ -23,16 +15,16 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.run import get_args_parser
 from torch.distributed.run import main as torchrun_main
 
-from ddp_lib import failures
+from ddp_lib.launching import records
 
 
 def main(argv: list[str]) -> None:
     """Run torchrun with ``argv``; record its failures, then fail as torchrun does."""
-    record_to = os.environ[failures.ENV_VAR]
+    record_to = os.environ[records.ENV_VAR]
     parser = get_args_parser()
 
     def refuse(message: str) -> NoReturn:
-        failures.record_refusal(record_to, message)
+        records.record_refusal(record_to, message)
         argparse.ArgumentParser.error(parser, message)  # usage and message, exit status 2
 
     parser.error = refuse
@@ -40,7 +32,7 @@ def main(argv: list[str]) -> None:
     try:
         torchrun_main(argv)
     except ChildFailedError as failed:
-        failures.record(record_to, failed)
+        records.record(record_to, failed)
         raise  # torchrun's report, and its exit status
 
 

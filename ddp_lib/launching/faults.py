@@ -1,8 +1,5 @@
-"""Failures on purpose, for the lessons that show a job surviving one (lesson 06's elastic run).
-
-Killing a worker in the middle of a launch needs a watcher outside the launch, running while
-the cell waits in ``ddp_lib.launch``. That watcher is a background thread; it lives here, so
-that the lesson shows the experiment (which rank, when, which signal) and not the plumbing.
+"""Failures on purpose, for lessons that show a job surviving one (lesson 06's elastic run): a
+background thread kills a worker while the cell waits in ``ddp_lib.launch``.
 """
 
 from __future__ import annotations
@@ -22,13 +19,11 @@ class Kill:
         self.path, self.rank, self.sig, self.limit_s = os.fspath(path), rank, sig, limit_s
         self.killed_at: float | None = None
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True,
-                                        name=f"kill rank {rank}")
+        self._thread = threading.Thread(target=self._watch, daemon=True, name=f"kill rank {rank}")
         self._thread.start()
 
     def wait(self) -> float | None:
-        """Call it once the launch has ended: stops watching (there is nothing left to kill) and
-        returns the time (``time.time()``) the signal was sent, or ``None`` if it never was."""
+        """After the launch: stop watching; the ``time.time()`` the signal was sent, or ``None``."""
         self._stop.set()
         self._thread.join()
         return self.killed_at
@@ -41,8 +36,7 @@ class Kill:
             self._stop.wait(0.02)
 
     def _signal_worker(self) -> bool:
-        # Workers are grandchildren of this process (under torchrun's agent), RANK in their
-        # environment.
+        # Workers are grandchildren (under torchrun's agent), with RANK in their environment.
         for process in psutil.Process().children(recursive=True):
             try:
                 if process.environ().get("RANK") == str(self.rank):
@@ -57,10 +51,7 @@ class Kill:
 def kill_rank_when_file_exists(path: str | os.PathLike, rank: int,
                                sig: signal.Signals = signal.SIGKILL,
                                limit_s: float = 300.0) -> Kill:
-    """As soon as ``path`` exists, send ``sig`` to the worker of global rank ``rank``.
-
-    Returns at once; call it before ``ddp_lib.launch`` and ``wait()`` on the result after. The
-    default, ``SIGKILL``, is what the out-of-memory killer or a lost machine does to a process:
-    no handler runs, no clean-up. Gives up after ``limit_s`` seconds.
-    """
+    """As soon as ``path`` exists, send ``sig`` to the worker of global rank ``rank``; returns at
+    once (``wait()`` on the result after the launch). The default, ``SIGKILL``, is what the OOM
+    killer or a lost machine does: no handler, no clean-up. Gives up after ``limit_s`` seconds."""
     return Kill(path, rank, sig, limit_s)

@@ -1,25 +1,7 @@
-"""Run a training script under ``torchrun`` as a subprocess of the notebook kernel.
+"""Run a training script under ``torchrun`` (or MPICH's ``mpiexec``) from the notebook kernel.
 
-Every distributed run in the course is a real ``torchrun`` launch, the same command a user types
-on a cluster; ``launch`` and ``launch_nodes`` are the plumbing around it:
-
-* they check the arguments before anything starts, and say how to fix them;
-* they build the command with ``ddp_lib.torchrun``, print it and run it: on one machine
-  ``torchrun --standalone --nproc-per-node=N script.py``, what a person types (its rendezvous
-  port is one the system picks, so two launches at once cannot collide). What only the notebook
-  needs (logs, a rank label on each line) goes to torchrun through its environment;
-* ``ddp_lib.supervise`` streams every rank's output into the cell as it is printed, and leaves
-  no process behind: not on success, failure, timeout, an interrupted cell or a dying kernel;
-* they return a :class:`LaunchResult` (exit status, wall time, per-rank output, reported
-  metrics), or raise with a message from ``ddp_lib.messages``: :class:`RankFailed` naming the
-  rank and its traceback, :class:`LaunchTimeout`, or :class:`LaunchError` when torchrun itself
-  refused to start;
-* :func:`launch_nodes` runs one job as several torchrun agents on this machine, each a
-  simulated node with its own cores (and GPUs), to show a multi-node launch from a notebook;
-* ``launch(..., launcher="mpiexec")`` starts the ranks with MPICH's ``mpiexec`` instead, as HPC
-  centres do: ``mpiexec -n N python script.py``. The script then finds its rank where mpiexec
-  puts it (lesson 10); the launch gives it ``MASTER_ADDR`` and a free ``MASTER_PORT``, labels
-  each line with its rank, and stops the other ranks when one raises, which mpiexec does not.
+Every launch runs the command a user types on a cluster; what only the notebook needs goes in its
+environment. (``--standalone`` takes a port the system picks, so two launches cannot collide.)
 """
 
 from __future__ import annotations
@@ -35,9 +17,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
-from ddp_lib import failures, hardware, messages, metrics, stacks, supervise, torchrun
-from ddp_lib.launch_result import LaunchError, LaunchResult, LaunchTimeout, RankFailed, digest
-from ddp_lib.supervise import Agent
+from ddp_lib import hardware
+from ddp_lib.launching import messages, metrics, records, stacks, supervise, torchrun
+from ddp_lib.launching.result import LaunchError, LaunchResult, LaunchTimeout, RankFailed, digest
+from ddp_lib.launching.supervise import Agent
 
 __all__ = ["launch", "launch_nodes"]
 
@@ -46,57 +29,35 @@ LAUNCHERS = ("torchrun", "mpiexec")
 _run_counter = 0
 
 
-def launch(
-    script: str | os.PathLike,
-    *,
-    args: Sequence[str | int | float] = (),
-    nproc_per_node: int | None = None,
-    nnodes: int = 1,
-    rdzv_endpoint: str | None = None,
-    local_addr: str | None = None,
-    backend: str | None = None,
-    env: Mapping[str, str] | None = None,
-    timeout: float = 600.0,
-    max_restarts: int = 0,
-    run_dir: str | os.PathLike | None = None,
-    stream: bool = True,
-    check: bool = True,
-    launcher: Literal["torchrun", "mpiexec"] = "torchrun",
-) -> LaunchResult:
+def launch(script: str | os.PathLike, *, args: Sequence[str | int | float] = (),
+           nproc_per_node: int | None = None, nnodes: int = 1, rdzv_endpoint: str | None = None,
+           local_addr: str | None = None, backend: str | None = None,
+           env: Mapping[str, str] | None = None, timeout: float = 600.0, max_restarts: int = 0,
+           run_dir: str | os.PathLike | None = None, stream: bool = True, check: bool = True,
+           launcher: Literal["torchrun", "mpiexec"] = "torchrun") -> LaunchResult:
     """Run ``script`` with ``torchrun`` and wait for it, showing each rank's output live.
 
     Args:
-        script: the Python file to run (written by a notebook cell, or any script).
+        script: the Python file to run.
         args: command-line arguments for the script.
         nproc_per_node: processes on this machine; ``None``: one per GPU, else 2 on the CPU.
-            With ``launcher="mpiexec"``: how many processes ``mpiexec -n`` starts.
         nnodes: number of machines (torchrun agents) taking part.
-        rdzv_endpoint: ``host:port`` of the rendezvous; needed when ``nnodes > 1``. ``None``
-            on one node: ``--standalone``.
+        rdzv_endpoint: ``host:port`` of the rendezvous, needed when ``nnodes > 1``.
         local_addr: the address this node advertises to the others (``None``: its host name).
-        backend: ``"gloo"`` or ``"nccl"`` to force one (checked against the hardware, passed
-            to the script as ``DDP_BACKEND``); ``None`` lets the script choose.
+        backend: ``"gloo"`` or ``"nccl"`` to force one (``DDP_BACKEND``); ``None``: the script's.
         env: extra environment variables for the workers.
         timeout: seconds before everything is stopped and :class:`LaunchTimeout` is raised.
         max_restarts: how often torchrun may restart the workers after a failure.
-        run_dir: where torchrun's logs and the metrics file go; a new folder under ``runs/``
-            by default.
-        stream: print the output live (``False``: collect it, and show a progress bar).
+        run_dir: where logs and metrics go; by default a new folder under ``runs/``.
+        stream: print the output live (``False``: show a progress bar).
         check: raise on failure; ``False`` returns the result with its non-zero returncode.
-        launcher: ``"mpiexec"`` starts the processes with MPICH's ``mpiexec -n N python
-            script.py`` (one machine; no torchrun, so no ``nnodes``, endpoint or restarts). The
-            script reads its rank from mpiexec's variables; the launch sets ``MASTER_ADDR``
-            and ``MASTER_PORT`` in their environment.
-
-    Returns:
-        a :class:`LaunchResult`.
+        launcher: ``"torchrun"`` or ``"mpiexec"`` (one machine; no nnodes, endpoint or restarts).
 
     Raises:
         ValueError, FileNotFoundError: bad arguments, before anything is started.
         RankFailed: a worker failed (``check=True``).
         LaunchTimeout: the run took longer than ``timeout``.
-        LaunchInterrupted: the cell was interrupted (a ``KeyboardInterrupt``); every process
-            was stopped first. An interrupt after the run had finished returns its result.
+        LaunchInterrupted: the cell was interrupted during the run; every process was stopped.
     """
     script = Path(script)
     plan = _check_arguments(script, nproc_per_node, nnodes, rdzv_endpoint, backend,
@@ -121,40 +82,21 @@ def launch(
     return _run(script, [agent], run_dir, metrics_file, timeout, stream, check)
 
 
-def launch_nodes(
-    script: str | os.PathLike,
-    *,
-    nnodes: int = 2,
-    args: Sequence[str | int | float] = (),
-    nproc_per_node: int = 1,
-    backend: str | None = None,
-    env: Mapping[str, str] | None = None,
-    timeout: float = 600.0,
-    max_restarts: int = 0,
-    run_dir: str | os.PathLike | None = None,
-    stream: bool = True,
-    check: bool = True,
-) -> LaunchResult:
+def launch_nodes(script: str | os.PathLike, *, nnodes: int = 2,
+                 args: Sequence[str | int | float] = (), nproc_per_node: int = 1,
+                 backend: str | None = None, env: Mapping[str, str] | None = None,
+                 timeout: float = 600.0, max_restarts: int = 0,
+                 run_dir: str | os.PathLike | None = None, stream: bool = True,
+                 check: bool = True) -> LaunchResult:
     """Run ``script`` as a job of ``nnodes`` machines, simulated on this one, and wait for it.
 
-    Each "node" is a torchrun agent of its own, as on a cluster: the same ``--nnodes`` and
-    rendezvous endpoint (``127.0.0.1`` and a free port; the first agent to bind it hosts the
-    rendezvous store), and a group rank that the rendezvous gives it. Like a separate machine,
-    each node gets its own share of the CPU cores (its processes are pinned to them) and, with
-    NCCL, its own GPUs (``CUDA_VISIBLE_DEVICES``). The output of every rank of every node
-    streams into the cell.
+    Each node is a torchrun agent with its own CPU cores (and GPUs); ``command`` is node 0's.
 
     Args:
-        script: the Python file to run.
         nnodes: how many machines to simulate.
-        args: command-line arguments for the script (the same on every node).
         nproc_per_node: processes on each node.
-        backend: ``"gloo"`` or ``"nccl"`` to force one; ``None`` chooses NCCL when there is a
-            GPU for every process of every node. Passed to the script as ``DDP_BACKEND``.
-        env, timeout, max_restarts, run_dir, stream, check: as for :func:`launch`.
-
-    Returns:
-        a :class:`LaunchResult`; ``command`` is node 0's, and every line knows its node.
+        backend: as for :func:`launch`; ``None``: NCCL when every process can have a GPU.
+        script, args, env, timeout, max_restarts, run_dir, stream, check: as for :func:`launch`.
     """
     script = Path(script)
     if not isinstance(nnodes, int) or isinstance(nnodes, bool) or nnodes < 2:
@@ -181,14 +123,13 @@ def launch_nodes(
 def _agent(script: Path, args: Sequence, nproc_per_node: int, nnodes: int,
            rdzv_endpoint: str | None, local_addr: str | None, max_restarts: int, run_dir: Path,
            logs: str, env: dict[str, str], cores: list[int] | None = None) -> Agent:
-    """One torchrun agent of this launch: the command a person types, run by this Python, with
-    the notebook's settings in its environment."""
+    """One torchrun agent: the command a person types, with the notebook's settings in env."""
     words = torchrun.arguments(script, nproc_per_node=nproc_per_node, nnodes=nnodes,
                                rdzv_endpoint=rdzv_endpoint, rdzv_id=_rdzv_id(script),
                                local_addr=local_addr, max_restarts=max_restarts, args=args)
-    # torchrun's own main, which also keeps each rank's failure as data (ddp_lib.agent)
-    recorded = {failures.ENV_VAR: str(failures.path(run_dir, logs))}
-    return Agent(command=[sys.executable, "-m", "ddp_lib.agent", *words],
+    # torchrun's own main, which also keeps each rank's failure as data (ddp_lib.launching.agent)
+    recorded = {records.ENV_VAR: str(records.path(run_dir, logs))}
+    return Agent(command=[sys.executable, "-m", "ddp_lib.launching.agent", *words],
                  env={**env, **torchrun.supervision(run_dir / logs), **recorded},
                  cores=cores or [], typed=["torchrun", *words])
 
@@ -197,14 +138,8 @@ def _agent(script: Path, args: Sequence, nproc_per_node: int, nnodes: int,
 MPIEXEC_RANK_LABEL = "[rank%r]: "
 
 
-def _mpiexec(script: Path, args: Sequence, nproc: int, run_dir: Path,
-             env: dict[str, str]) -> Agent:
-    """``mpiexec -n N python script.py``, MPICH's, from the environment this kernel runs in.
-
-    Every rank gets the same environment: where rank 0 serves the group's store
-    (``MASTER_ADDR``, ``MASTER_PORT``: a free port, so two launches cannot collide), and the
-    folder where a rank that raises writes its exception (``worker_site``).
-    """
+def _mpiexec(script: Path, args: Sequence, nproc: int, run_dir: Path, env: dict[str, str]) -> Agent:
+    """MPICH's ``mpiexec -n N python script.py``; a free ``MASTER_PORT`` avoids collisions."""
     mpiexec = mpiexec_program()
     rank_errors = run_dir / "mpiexec"
     rank_errors.mkdir(parents=True, exist_ok=True)
@@ -231,14 +166,12 @@ def mpiexec_program() -> str:
 
 
 def _rdzv_id(script: Path) -> str:
-    """The script's name as the job's rendezvous id: the agents of one launch share it, and no
-    other launch meets them at the port this one chose."""
+    """The script's name as the job's rendezvous id, shared by the agents of one launch."""
     return re.sub(r"[^A-Za-z0-9_.-]", "-", script.stem)
 
 
 def _run(script: Path, agents: list[Agent], run_dir: Path, metrics_file: Path, timeout: float,
          stream: bool, check: bool) -> LaunchResult:
-    """The one run path of every launch, on one node or several."""
     script_digest = digest(script)  # before the start: the text these workers run
     if stream:
         for node, agent in enumerate(agents):
@@ -248,8 +181,8 @@ def _run(script: Path, agents: list[Agent], run_dir: Path, metrics_file: Path, t
                             stacks_dir=Path(agents[0].env[stacks.ENV_VAR]),
                             log=run_dir / "output.log")
     if agents[0].rank_errors is not None:  # mpiexec: what failed, as torchrun's agent keeps it
-        failures.record_mpiexec(
-            failures.path(run_dir, agents[0].name), agents[0].rank_errors,
+        records.record_mpiexec(
+            records.path(run_dir, agents[0].name), agents[0].rank_errors,
             [line.text for line in outcome.lines if line.rank is None],
             sorted({line.rank for line in outcome.lines
                     if line.rank is not None and line.text.startswith("Fatal Python error")}))
@@ -257,7 +190,7 @@ def _run(script: Path, agents: list[Agent], run_dir: Path, metrics_file: Path, t
                           returncode=outcome.returncode, wall_time=outcome.wall_time,
                           lines=outcome.lines, metrics=metrics.read(metrics_file),
                           timed_out=outcome.timed_out, stacks=outcome.stacks,
-                          script_digest=script_digest, failure_report=failures.read(run_dir))
+                          script_digest=script_digest, failure_report=records.read(run_dir))
     if result.timed_out:
         raise LaunchTimeout(messages.timeout_message(result, timeout), result)
     if result.returncode != 0 and check:
@@ -265,21 +198,15 @@ def _run(script: Path, agents: list[Agent], run_dir: Path, metrics_file: Path, t
         if complaint:
             raise LaunchError(messages.refusal_message(result, complaint), result)
         rank, exitcode = messages.root_cause(result)
-        raise RankFailed(messages.failure_message(result, rank, exitcode), result, rank,
-                         exitcode)
+        raise RankFailed(messages.failure_message(result, rank, exitcode), result, rank, exitcode)
     return result
 
 
-# What a launch adds to its workers' environment for the notebook alone: where the metrics,
-# stacks and error records go, the rank labels, unbuffered output (and OMP_NUM_THREADS=1, which
-# torchrun sets itself for two processes or more, and every script overrides with
-# torch.set_num_threads where it trains on the CPU). Every other variable it sets
-# or changes (DDP_BACKEND, the caller's env, the store and rendezvous settings) changes what a
-# rank does, so it is printed in front of the command.
-NOTEBOOK_ONLY_ENV = frozenset({
-    "PYTHONPATH", "PYTHONUNBUFFERED", "OMP_NUM_THREADS", metrics.ENV_VAR, stacks.ENV_VAR,
-    failures.ENV_VAR, "DDP_WORKSHOP_RANK_ERRORS", *torchrun.supervision(Path()),
-})
+# Set for the notebook alone (torchrun sets OMP_NUM_THREADS itself for two processes or more);
+# any other variable the launch sets changes what a rank does, so it is printed before the command.
+NOTEBOOK_ONLY_ENV = frozenset({"PYTHONPATH", "PYTHONUNBUFFERED", "OMP_NUM_THREADS",
+                               metrics.ENV_VAR, stacks.ENV_VAR, records.ENV_VAR,
+                               "DDP_WORKSHOP_RANK_ERRORS", *torchrun.supervision(Path())})
 
 
 def _shown(agent: Agent) -> str:
@@ -290,8 +217,7 @@ def _shown(agent: Agent) -> str:
 
 
 def free_ports(count: int = 1) -> list[int]:
-    """Ports nothing listens on now, distinct (held open together). Another process must know
-    the port in advance, so binding to ``:0`` itself cannot do."""
+    """Distinct free ports; another process must know the port in advance, so ``:0`` won't do."""
     sockets = [socket.socket() for _ in range(count)]
     try:
         for s in sockets:
@@ -332,8 +258,7 @@ def _check_arguments(script: Path, nproc_per_node, nnodes, rdzv_endpoint, backen
 
 
 def _prepare_run_dir(script: Path, run_dir: str | os.PathLike | None) -> tuple[Path, Path]:
-    """The launch's folder (created), its metrics file and torchrun's logs (emptied: what is
-    there afterwards is this launch's, numbers and error files alike)."""
+    """The launch's folder and metrics file, with an earlier launch's logs and metrics removed."""
     run_dir = _new_run_dir(script) if run_dir is None else Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     for logs in [*run_dir.glob("torchrun*"), run_dir / "mpiexec"]:
@@ -353,16 +278,13 @@ def _new_run_dir(script: Path) -> Path:
 def _child_env(extra: Mapping[str, str] | None, plan: hardware.Plan, metrics_file: Path,
                max_restarts: int) -> dict[str, str]:
     env = dict(os.environ)
-    # Workers must import ddp_lib from the same place as this kernel does; worker_site's
-    # sitecustomize lets a hung worker say where it is (ddp_lib.stacks).
-    here = Path(__file__).resolve().parents[1]
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(here / "ddp_lib" / "worker_site"), str(here), env.get("PYTHONPATH")) if p)
+    worker_site = Path(__file__).resolve().parent / "worker_site"
+    root = worker_site.parents[2]  # the folder that holds ddp_lib and course_helpers.py
+    env["PYTHONPATH"] = os.pathsep.join(  # workers get this ddp_lib and worker_site's sitecustomize
+        p for p in (str(worker_site), str(root), env.get("PYTHONPATH")) if p)
     env[stacks.ENV_VAR] = str(metrics_file.parent / "stacks")
     env["PYTHONUNBUFFERED"] = "1"  # output reaches the cell line by line, not at exit
-    # torchrun sets 1 itself only with several processes per node (and warns that it did);
-    # here every launch gets it, one process included, unless the caller set it.
-    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("OMP_NUM_THREADS", "1")  # torchrun does so only for 2+ processes (and warns)
     env[metrics.ENV_VAR] = str(metrics_file)
     env.update(plan.env())  # DDP_BACKEND where the scripts' own rule would choose otherwise
     env.update(torchrun.restart_env(max_restarts))  # see there; shown in the printed command

@@ -1,25 +1,10 @@
 """What a launch that ended badly says: which rank failed and how, or that torchrun itself did.
 
-It reads each rank's failure as torchrun's agent handed it over (``ddp_lib.failures``: exit code,
-the exception from the rank's error file, when). Every rank of a ``ddp_lib`` launch that has
-imported torch writes its uncaught exception to that file (the launch's ``sitecustomize``, as
-``@record`` does). The root cause is the rank that raised first (by when it wrote the file),
-passing over ranks whose error only says that a peer's process went away (Gloo's "Connection
-closed by peer"): they raised because another rank had failed. If every rank that raised only
-lost a peer, the cause is a rank killed by a signal, which left no file (killed by hand, or by
-the kernel when out of memory). A rank killed by SIGTERM is one torchrun stopped because another
-failed: it is the cause only when no other rank failed.
-
-Without error files (a rank that waited in NCCL without raising, or failed before importing
-torch), the root cause is torchrun's first observed failure: observed to the second, so when
-ranks fail within a second of each other it is the lowest, and the same rules apply, with the
-last error line each rank printed. A rank that torchrun stopped before it exited is in no record
-on torch 2.4: its printed traceback stands in for its error file. The message lists the last error
-line of every other rank that raised, so both sides of a failure are in view.
-
-An mpiexec launch is read the same way, from the record the launch writes for it
-(``failures.record_mpiexec``). There a rank killed by a signal without faulthandler's report (a
-SIGKILL) is not known: the message says which signal, and that mpiexec does not say which rank.
+The root cause is the rank that raised first (its error file, ``records``), passing over ranks
+that only lost a peer (Gloo's "Connection closed by peer"). If every rank that raised only lost a
+peer, it is a rank killed by a signal (by hand, or out of memory), which left no file; SIGTERM is
+torchrun stopping the rest. Without error files (a rank waiting in NCCL raises nothing), it is
+torchrun's first failure, to the second, and each rank's last printed error line stands in.
 """
 
 from __future__ import annotations
@@ -29,16 +14,16 @@ import re
 import shlex
 import signal
 
-from ddp_lib import failures, stacks
-from ddp_lib.failures import Failure
-from ddp_lib.launch_result import LaunchResult
+from ddp_lib.launching import records, stacks
+from ddp_lib.launching.records import Failure
+from ddp_lib.launching.result import LaunchResult
 
 # What a rank raises when a peer's process went away first: a consequence, not a cause.
 _PEER_GONE = re.compile(r"Connection (closed|reset) by peer", re.IGNORECASE)
 
 
 def raised_errors(result: LaunchResult) -> dict[int, Failure]:
-    """rank -> its failure, for every rank that failed with an uncaught exception (``message``)."""
+    """rank -> its failure, for every rank that failed with an uncaught exception."""
     return {rank: failure for rank, failure in result.failure_report.failures.items()
             if failure.message is not None}
 
@@ -52,7 +37,6 @@ def root_cause(result: LaunchResult) -> tuple[int | None, int | None]:
     if causes:
         return causes[0].rank, causes[0].exitcode
     if raised:
-        # Every rank that raised only lost a peer: the peer died without raising.
         # A SIGTERM is torchrun stopping the rest: a rank killed otherwise comes first.
         killed = sorted((f.exitcode == -signal.SIGTERM, f.rank) for f in failed.values()
                         if f.exitcode < 0 and f.message is None)
@@ -64,15 +48,13 @@ def root_cause(result: LaunchResult) -> tuple[int | None, int | None]:
         first = min(failed.values(), key=lambda f: f.timestamp)
         others = [f for f in failed.values() if f.exitcode != -signal.SIGTERM]
         if first.exitcode == -signal.SIGTERM and others:
-            # With no error files (a rank waiting in NCCL raises nothing), a rank torchrun
-            # stopped can tie with the one that died, and be listed first.
+            # Without error files, a rank torchrun stopped can tie with the one that died.
             first = min(others, key=lambda f: f.rank)
             return first.rank, first.exitcode
     else:
         return None, result.returncode
     if _PEER_GONE.search(last_error(result, first.rank)):
-        # A rank that raised what the others only saw as a lost peer, but was stopped before it
-        # exited, is in no record: its printed traceback still says what happened.
+        # A rank stopped before it exited is in no record (torch 2.4); its traceback still says.
         for other in result.ranks():
             error = last_error(result, other)
             if other != first.rank and error and not _PEER_GONE.search(error):
@@ -81,10 +63,7 @@ def root_cause(result: LaunchResult) -> tuple[int | None, int | None]:
 
 
 def last_error(result: LaunchResult, rank: int) -> str:
-    """``rank``'s uncaught exception (``"ValueError: ..."``), or ``""``.
-
-    From its error file, else the last line of the last traceback it printed.
-    """
+    """``rank``'s uncaught exception: from its error file, else its last traceback's last line."""
     raised = raised_errors(result).get(rank)
     if raised:
         return raised.message
@@ -107,11 +86,7 @@ def refusal_message(result: LaunchResult, complaint: str) -> str:
 
 
 def _crash_report(text: str) -> str:
-    """faulthandler's report of a crash in native code (SIGSEGV, SIGABRT...), or ``""``.
-
-    Every worker of a launch enables it (``worker_site``): the report gives each Python thread's
-    stack, innermost first, then a long list of extension modules, left out here.
-    """
+    """faulthandler's report of a native crash (``worker_site``), without its module list."""
     start = text.rfind("Fatal Python error:")
     if start < 0:
         return ""
@@ -120,12 +95,7 @@ def _crash_report(text: str) -> str:
 
 
 def crash_location(report: str, script: str | os.PathLike) -> str:
-    """The line of ``script`` a faulthandler crash report points at, said for a person, or ``""``.
-
-    The report lists every Python thread; the one that crashed is marked "Current thread". When
-    that thread has no frame in the script (a helper thread, or C++ with no Python frame), the
-    line the script itself was on is still worth giving, said as such.
-    """
+    """The line of ``script`` that faulthandler's "Current thread" (else any thread) was on."""
     current = next((block for block in report.split("\n\n")
                     if block.lstrip().startswith("Current thread")), "")
     frame = stacks.innermost_in(current, script)
@@ -158,9 +128,9 @@ def failure_message(result: LaunchResult, rank: int | None, exitcode: int | None
     launcher = _launcher(result)
     who = f"Rank {rank}" if rank is not None else launcher
     if rank is None and launcher == "mpiexec":
-        signal_number = failures.mpiexec_signal(
+        signal_number = records.mpiexec_signal(
             [line.text for line in result.lines if line.rank is None])
-        if signal_number:  # mpiexec says which signal, not which rank (ddp_lib.failures)
+        if signal_number:  # mpiexec says which signal, not which rank (see records)
             who, exitcode = "A rank (mpiexec does not say which)", -signal_number
     raised = raised_errors(result).get(rank) if rank is not None else None
     text = result.output(rank if rank is not None else launcher, stream="stderr")
@@ -180,9 +150,8 @@ def failure_message(result: LaunchResult, rank: int | None, exitcode: int | None
     others = [f"rank {other}: {error}" for other, error in errors.items() if error]
     # A rank killed from outside (SIGTERM is torchrun stopping the rest) printed no error.
     others += [f"rank {other}: {_exit_description(failed[other].exitcode)}"
-               for other, error in errors.items()
-               if not error and other in failed and failed[other].exitcode < 0
-               and failed[other].exitcode != -signal.SIGTERM]
+               for other, error in errors.items() if not error and other in failed
+               and failed[other].exitcode < 0 and failed[other].exitcode != -signal.SIGTERM]
     if others:
         parts.append("Other ranks that failed (their last error line):\n"
                      + _indent("\n".join(others)))
@@ -213,7 +182,6 @@ def timeout_message(result: LaunchResult, timeout: float) -> str:
 
 
 def _launcher(result: LaunchResult) -> str:
-    """``"torchrun"`` or ``"mpiexec"``: the first word of the command the launch ran."""
     return result.command[0] if result.command else "torchrun"
 
 

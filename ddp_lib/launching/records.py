@@ -1,23 +1,8 @@
 """Each rank's failure as torchrun's agent knows it, kept as data for the launch to read.
 
-When workers fail, torchrun's agent raises ``ChildFailedError``: its ``failures`` map each failed
-rank (global) to a ``ProcessFailure``, with the exit code (negative: the signal that killed it),
-the pid, the local rank, the error file the rank wrote (``@record``, or a launch's
-``sitecustomize``) with the exception and traceback read from it, and a time in whole seconds.
-torchrun prints them as its report, for a person; ``python -m ddp_lib.agent`` also writes them
-here, as JSON, and ``read`` gives them back to the launch. So does a command line torchrun
-refused: its argument parser's complaint.
-
-Each agent of a launch writes its own file, in its log folder, which every launch empties first.
-
-mpiexec keeps no such record: after an mpiexec launch, ``record_mpiexec`` writes the same file
-from what there is. Each rank that raised wrote its exception to ``rank<N>.error.json`` (the
-launch's ``sitecustomize``, in ``@record``'s format). When a rank dies of a signal, MPICH's
-mpiexec kills the others and reports the signal ("BAD TERMINATION OF ONE OF YOUR APPLICATION
-PROCESSES ... (signal 11)") but not the rank: its "PID" line names the first process of the
-machine, whichever died, and ``-print-all-exitcodes`` gives the others' SIGKILL too. The rank is
-known only when it printed faulthandler's report ("Fatal Python error", on SIGSEGV, SIGABRT,
-SIGBUS, SIGFPE, SIGILL); a SIGKILL leaves no trace of which rank it hit.
+``python -m ddp_lib.launching.agent`` writes each failed rank's ``ProcessFailure`` (or the refused
+command line) as JSON in its log folder; for mpiexec, ``record_mpiexec`` does. MPICH names the
+signal that killed a rank but not the rank: only faulthandler's report tells, and SIGKILL has none.
 """
 
 from __future__ import annotations
@@ -42,8 +27,7 @@ class Failure:
     local_rank: int | None  # None: not known (mpiexec)
     pid: int | None
     exitcode: int  # negative: killed by that signal
-    # torchrun's, to the second: when the rank raised (its error file), else when the agent noticed
-    timestamp: int
+    timestamp: int  # torchrun's, in seconds: when the rank raised, else when the agent noticed
     message: str | None = None  # the uncaught exception ("ValueError: ..."), from its error file
     traceback: str = ""
     raised_at: float | None = None  # when the error file was written: orders ranks within a second
@@ -58,11 +42,7 @@ class Report:
 
 
 def from_torch(rank: int, failure) -> Failure:
-    """Our record of torchrun's ``ProcessFailure`` for global rank ``rank``.
-
-    torch read the error file (when there is one) into ``error_file_data``: ``@record``'s format
-    holds the exception and the traceback under ``message``; a bare string is only a message.
-    """
+    """Our record of torchrun's ``ProcessFailure`` for global rank ``rank``."""
     written = os.path.isfile(failure.error_file)
     message, traceback = _exception(failure.error_file_data if written else {})
     return Failure(rank=rank, local_rank=failure.local_rank, pid=failure.pid,
@@ -72,8 +52,7 @@ def from_torch(rank: int, failure) -> Failure:
 
 
 def _exception(error_file_data: dict) -> tuple[str | None, str]:
-    """The exception and traceback in an error file's content (``@record``'s format holds both
-    under ``message``; a bare string is only a message)."""
+    """The exception and traceback in an error file (``@record``'s format, or a bare message)."""
     message = error_file_data.get("message")
     if isinstance(message, dict):
         return message.get("message"), message.get("extraInfo", {}).get("py_callstack", "")

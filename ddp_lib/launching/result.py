@@ -1,9 +1,4 @@
-"""What a launch gives back: the result of a run, and the errors that carry one.
-
-An error of a launch is shown in a notebook from the learner's cell down: the frames of ddp_lib
-between the cell and the ``raise`` say nothing about the learner's code or the script, and in a
-traceback of thirty lines they push the message out of sight.
-"""
+"""What a launch gives back: the result of a run, and the errors that carry one."""
 
 from __future__ import annotations
 
@@ -12,19 +7,14 @@ import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddp_lib.failures import Report
+from ddp_lib.launching.records import Report
 
-_LIBRARY = Path(__file__).resolve().parent
+_LIBRARY = Path(__file__).resolve().parents[1]  # ddp_lib
 
 
 @dataclass
 class Line:
-    """One line of output: who printed it (``"rank0"``; ``"torchrun"`` or ``"mpiexec"`` for the
-    launcher's own lines), on which stream.
-
-    ``node`` tells which torchrun agent the line came through (always 0 on one node); rank
-    numbers are global, so ``"rank3"`` is the same process whichever node it runs on.
-    """
+    """One line of output: its source (global ``"rank0"``, or the launcher), stream and node."""
 
     source: str
     stream: str
@@ -38,8 +28,7 @@ class Line:
 
 
 class ShortTraceback:
-    """Shows the exception in IPython without the frames of ddp_lib (IPython asks every exception
-    for ``_render_traceback_`` before it formats one itself)."""
+    """Shows the exception in IPython without ddp_lib's frames, which hide the message."""
 
     def _render_traceback_(self) -> list[str]:
         from IPython import get_ipython
@@ -54,7 +43,6 @@ class ShortTraceback:
 
 
 def _without_library_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
-    """The traceback ``tb`` with the frames of ddp_lib's own files left out."""
     kept = []
     while tb is not None:
         if not Path(tb.tb_frame.f_code.co_filename).resolve().is_relative_to(_LIBRARY):
@@ -114,18 +102,14 @@ class LaunchResult:
     timed_out: bool = False
     stacks: dict[int, str] = field(default_factory=dict)  # rank -> its stacks, if it hung
     script_digest: str = ""  # the script's ``digest`` when it was launched
-    # What the agents recorded of failed ranks (torchrun's error files), read once at the end.
-    failure_report: Report = field(default_factory=lambda: Report({}))
+    failure_report: Report = field(default_factory=lambda: Report({}))  # what the agents recorded
 
     @property
     def ok(self) -> bool:
         return self.returncode == 0
 
     def require_current(self) -> None:
-        """Refuse a result that the script on disk no longer produces.
-
-        An exercise says "edit the script, run its cell, then the launch": a check run without
-        the launch would read the previous run and judge the old script.
+        """Refuse a result from before the script was edited: a check would judge the old script.
 
         Raises:
             StaleResult: the script file was changed (or removed) after this launch.
@@ -136,19 +120,16 @@ class LaunchResult:
                 f"{self.script}, so it cannot show what your edit does.")
 
     def output(self, rank: int | str | None = None, stream: str | None = None) -> str:
-        """The text printed by one rank (an int), by the launcher (``"torchrun"`` or
-        ``"mpiexec"``), or by all (``None``).
+        """The text printed by one rank, by the launcher, or by all.
 
         Args:
-            rank: which rank's lines; ``None`` for every line in the order they arrived.
+            rank: a rank, ``"torchrun"`` or ``"mpiexec"``; ``None``: every line, in order.
             stream: ``"stdout"`` or ``"stderr"`` only; ``None`` for both.
         """
         source = f"rank{rank}" if isinstance(rank, int) else rank
         return "\n".join(
-            line.text if source else f"[{line.source}] {line.text}"
-            for line in self.lines
-            if (source is None or line.source == source) and stream in (None, line.stream)
-        )
+            line.text if source else f"[{line.source}] {line.text}" for line in self.lines
+            if (source is None or line.source == source) and stream in (None, line.stream))
 
     def metric(self, name: str, rank: int = 0) -> list[tuple[int | None, float]]:
         """``(step, value)`` pairs reported under ``name`` by ``rank``, in order."""

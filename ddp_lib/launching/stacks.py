@@ -1,9 +1,5 @@
-"""Where a hung rank was: its Python stacks, as ``faulthandler`` wrote them, read for a person.
-
-A launch that times out, or whose cell is interrupted, asks each worker for its stacks first
-(``ddp_lib/worker_site/sitecustomize.py``). This module reads those dumps and finds, for each
-rank, the innermost frame in the learner's own script: the line it was waiting on, such as
-``train.py:57  dist.all_reduce(t)``.
+"""Where a hung rank was, such as ``train.py:57  dist.all_reduce(t)``: the innermost frame of the
+learner's script in the stacks ``faulthandler`` wrote (``worker_site``) on a timeout or interrupt.
 """
 
 from __future__ import annotations
@@ -49,11 +45,8 @@ def threads(dump: str) -> list[list[Frame]]:
 
 
 def innermost_in(dump: str, script: str | os.PathLike) -> Frame | None:
-    """The innermost frame of ``script`` in the dump: where the script was when asked.
-
-    Of the threads that run the script, the one deepest in it is taken: the main thread, stopped
-    in a collective or a loop, rather than a helper thread the script started and that waits.
-    """
+    """The innermost frame of ``script`` in the dump, from the thread deepest in it: the main
+    thread, in a collective or a loop, not a helper thread the script started that waits."""
     target = os.path.realpath(script)
     best: tuple[int, Frame] | None = None
     for frames in threads(dump):

@@ -1,18 +1,9 @@
-"""Run a launcher (torchrun agents, or mpiexec) as children of the notebook's kernel, relay the
-ranks' output, leave nothing.
+"""Run a launcher (torchrun agents, or mpiexec) under the kernel, relay its output, leave nothing.
 
 torchrun starts each worker in a session of its own, so killing the agent's process group would
-orphan the workers: the agent is asked to stop first (SIGTERM, it then stops its workers), and
-only after a grace period is every process the launch ever started killed. MPICH's mpiexec does
-the same through one proxy per machine, and passes SIGTERM on to its ranks. The launcher also
-gets SIGTERM if the kernel dies (Linux parent-death signal). Each line a launcher relays is
-labelled with the rank that printed it (torchrun's ``[rankN]: `` prefix, which mpiexec is asked to
-print too) and the agent (node) it came through.
-
-torchrun stops every worker as soon as one fails; mpiexec only when a rank dies of a signal. A
-rank of an mpiexec launch that raises writes its exception to a file (``worker_site``), and the
-launch then stops the others itself: they would wait for it in their next collective until the
-timeout.
+orphan them: the agent gets SIGTERM (and stops its workers), and only after a grace period is
+every process the launch started killed. mpiexec does not stop the other ranks when one raises
+(they would wait in their next collective until the timeout), so the launch does.
 """
 
 from __future__ import annotations
@@ -29,14 +20,13 @@ from pathlib import Path
 
 import psutil
 
-from ddp_lib import stacks, torchrun
-from ddp_lib.launch_result import LaunchInterrupted, Line
+from ddp_lib.launching import stacks
+from ddp_lib.launching.output import Echo, parse, read_lines
+from ddp_lib.launching.result import LaunchInterrupted, Line
 
 STOP_GRACE_S = 10.0
 STACKS_WAIT_S = 3.0  # how long the workers get to write their stacks before they are stopped
-# How long an mpiexec launch waits, after a rank wrote its uncaught exception, for the others to
-# say what they saw before it stops them (their own errors, printed as they exit).
-RANK_ERROR_GRACE_S = 2.0
+RANK_ERROR_GRACE_S = 2.0  # after an mpiexec rank raised: time for the others to print theirs
 
 
 @dataclass
@@ -52,21 +42,14 @@ class Outcome:
 
 @dataclass
 class Agent:
-    """One launcher process to start: a torchrun agent (one per node), or mpiexec.
-
-    ``typed`` is the command as a person types it (``torchrun ...``), ``command`` what runs it.
-    ``workers_below`` says how far down the process tree the ranks are: torchrun's children,
-    mpiexec's grandchildren (under its proxy). ``rank_errors`` is the folder where the ranks
-    write their uncaught exceptions when the launcher itself does not stop the others after a
-    failure (mpiexec); ``None`` for torchrun.
-    """
+    """One launcher process to start: a torchrun agent (one per node), or mpiexec."""
 
     command: list[str]
     env: dict[str, str]
     cores: list[int] = field(default_factory=list)
-    typed: list[str] = field(default_factory=list)
-    workers_below: int = 1
-    rank_errors: Path | None = None
+    typed: list[str] = field(default_factory=list)  # the command as a person types it
+    workers_below: int = 1  # how deep the ranks are in the process tree
+    rank_errors: Path | None = None  # where mpiexec's ranks write their uncaught exceptions
 
     @property
     def name(self) -> str:
@@ -78,23 +61,13 @@ def run(agents: list[Agent], *, timeout: float, stream: bool, script: Path,
         stacks_dir: Path | None = None, log: Path | None = None) -> Outcome:
     """Start the agents, relay their lines until all are done, and leave no process behind.
 
-    If one agent fails while others still run (a node whose workers crashed), the others are
-    stopped at once: their workers would otherwise wait for the lost ranks until the timeout.
-    So is an mpiexec launch ``RANK_ERROR_GRACE_S`` after one of its ranks raised.
-    A cell is never silent for long: a quiet launch (``stream=False``) shows a progress bar fed
-    by the ranks' lines, and a streamed one that has printed nothing for ``SILENCE_S`` says that
-    it is still waiting, and until when. An interrupt that arrives after every agent has exited
-    keeps the finished run.
-
     Args:
-        agents: the torchrun agents to start, one per (simulated) node; or one mpiexec.
+        agents: the torchrun agents, one per (simulated) node; or one mpiexec.
         timeout: seconds before every process is stopped and ``Outcome.timed_out`` set.
-        stream: print each line into the cell as it arrives.
-        script: the script the workers run, for the messages of an interrupted launch.
-        stacks_dir: where the workers write their stacks when asked (``stacks.ENV_VAR`` in
-            their environment); on a timeout or an interrupt they are asked before being
-            stopped, and what they wrote ends up in ``Outcome.stacks``.
-        log: a file that receives every line, shown or not (the run's whole output).
+        stream: print each line into the cell as it arrives (else a progress bar).
+        script: the script the workers run, for the messages.
+        stacks_dir: where the workers write their stacks, asked for on a timeout or interrupt.
+        log: a file that receives every line, shown or not.
 
     Raises:
         LaunchInterrupted: the cell was interrupted while the launch ran.
@@ -103,21 +76,19 @@ def run(agents: list[Agent], *, timeout: float, stream: bool, script: Path,
     lines: queue.Queue = queue.Queue()
     procs: list[subprocess.Popen] = []
     watchers: list[_ProcessWatcher] = []
-    echo = _Echo(stream, len(agents) > 1, script, timeout, log)
+    echo = Echo(stream, len(agents) > 1, script, timeout, log)
     launcher = agents[0].name
     workers = "workers" if launcher == "torchrun" else "ranks"
     start = time.monotonic()
     try:
         for node, agent in enumerate(agents):
-            proc = subprocess.Popen(
-                agent.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, env=agent.env, start_new_session=True,
-                preexec_fn=_prepare_child(agent.cores),
-            )
+            proc = subprocess.Popen(agent.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, env=agent.env, start_new_session=True,
+                                    preexec_fn=_prepare_child(agent.cores))
             procs.append(proc)
             watchers.append(_ProcessWatcher(proc.pid, agent.workers_below))
             for pipe, name in ((proc.stdout, "stdout"), (proc.stderr, "stderr")):
-                threading.Thread(target=_read_lines, args=(pipe, name, node, agent.name, lines),
+                threading.Thread(target=read_lines, args=(pipe, name, node, agent.name, lines),
                                  daemon=True).start()
         try:
             _relay(agents, procs, watchers, lines, outcome, echo, start, timeout, stacks_dir)
@@ -126,8 +97,7 @@ def run(agents: list[Agent], *, timeout: float, stream: bool, script: Path,
                 raise
             # Every agent had exited: the run is complete, only its last lines are in flight.
             _relay(agents, procs, watchers, lines, outcome, echo, start, timeout, stacks_dir)
-            echo.note(f"The interrupt came after {script.name} had finished: its result is "
-                      "kept.")
+            echo.note(f"The interrupt came after {script.name} had finished: its result is kept.")
     except KeyboardInterrupt:
         echo.stopping()
         dumps = _ask_for_stacks(watchers, stacks_dir)
@@ -155,10 +125,10 @@ def run(agents: list[Agent], *, timeout: float, stream: bool, script: Path,
 
 
 def _relay(agents: list[Agent], procs: list[subprocess.Popen],
-           watchers: list[_ProcessWatcher], lines: queue.Queue, outcome: Outcome, echo: _Echo,
+           watchers: list[_ProcessWatcher], lines: queue.Queue, outcome: Outcome, echo: Echo,
            start: float, timeout: float, stacks_dir: Path | None) -> None:
-    """Pass the agents' lines to ``echo`` until every pipe is closed, stopping the launch at its
-    timeout, when one of several agents has failed, or when a rank of mpiexec's has raised."""
+    """Pass lines to ``echo`` until every pipe is closed; stop at the timeout or on a failure
+    (if one of several agents fails, the others' workers would wait until the timeout)."""
     refreshed = 0.0
     while echo.open_streams(len(procs)):
         now = time.monotonic()
@@ -175,9 +145,8 @@ def _relay(agents: list[Agent], procs: list[subprocess.Popen],
                 echo.stopping()
                 outcome.stacks = _ask_for_stacks(watchers, stacks_dir)
                 _stop_all(procs, watchers)
-            elif not stopped and (
-                    (len(procs) > 1 and any(p.poll() not in (None, 0) for p in procs))
-                    or any(_raised_a_while_ago(agent) for agent in agents)):
+            elif not stopped and ((len(procs) > 1 and any(p.poll() not in (None, 0) for p in procs))
+                                  or any(_raised_a_while_ago(agent) for agent in agents)):
                 echo.stopping()
                 _stop_all(procs, watchers)
             echo.tick()
@@ -205,11 +174,7 @@ def _raised_a_while_ago(agent: Agent) -> bool:
 
 
 def _ask_for_stacks(watchers: list[_ProcessWatcher], folder: Path | None) -> dict[int, str]:
-    """Have every worker write its stacks (SIGUSR1, see ``worker_site``); rank -> the dump.
-
-    Only the ranks are asked, which registered the signal: the launcher's processes did not,
-    and a DataLoader's worker processes are not ranks.
-    """
+    """Have the ranks, which alone registered SIGUSR1 (``worker_site``), write their stacks."""
     if folder is None or not hasattr(signal, "SIGUSR1"):
         return {}
     asked = 0
@@ -232,8 +197,7 @@ def _ask_for_stacks(watchers: list[_ProcessWatcher], folder: Path | None) -> dic
 
 
 def _prepare_child(cores: list[int]):
-    """A ``preexec_fn`` for an agent: pin it to ``cores`` (when given) and, on Linux, have the
-    kernel send it SIGTERM if this process (the notebook's kernel) dies."""
+    """A ``preexec_fn``: pin the agent to ``cores``; on Linux, SIGTERM it if this process dies."""
     parent = os.getpid()
     linux = sys.platform.startswith("linux")
     libc = None
@@ -254,11 +218,7 @@ def _prepare_child(cores: list[int]):
 
 
 class _ProcessWatcher:
-    """Remembers every process the launch started, even after its launcher is gone.
-
-    Workers live in sessions of their own and are re-parented when the agent dies, so the tree
-    is read while it is intact, and anything still alive at the end is killed.
-    """
+    """Every process the launch started, read while the tree is intact (workers get re-parented)."""
 
     def __init__(self, pid: int, workers_below: int = 1):
         self.root = psutil.Process(pid)
@@ -329,159 +289,3 @@ def _stop_all(procs: list[subprocess.Popen], watchers: list[_ProcessWatcher]) ->
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
-
-
-def _read_lines(pipe, stream: str, node: int, launcher: str, out: queue.Queue) -> None:
-    with pipe:
-        for raw in iter(pipe.readline, b""):
-            out.put((stream, raw.decode("utf-8", errors="replace").rstrip("\r\n"), node,
-                     launcher))
-    out.put(None)
-
-
-def parse(stream: str, text: str, node: int = 0, launcher: str = "torchrun") -> Line:
-    """The line as printed by a rank (its ``[rankN]: `` label removed) or by the launcher."""
-    match = torchrun.RANK_PREFIX.match(text)
-    if not match:
-        return Line(launcher, stream, text, node)
-    rank = match.group(1)
-    text = text[match.end():]
-    if launcher == "mpiexec":  # mpiexec labels each piece it reads: a line written in pieces
-        text = text.replace(f"[rank{rank}]: ", "")  # (faulthandler's) has labels inside
-    # PyTorch prefixes uncaught exceptions in workers with the rank itself: drop the repeat.
-    repeat = f"[rank{rank}]: "
-    if text.startswith(repeat):
-        text = text[len(repeat):]
-    return Line(f"rank{rank}", stream, text, node)
-
-
-# The first line of a launcher's report on failed ranks, which the failure message says again:
-# torchrun's traceback, and MPICH's banner ("BAD TERMINATION OF ONE OF YOUR APPLICATION ...").
-_LAUNCHER_REPORT = ("Traceback (most recent call last)", "=" * 20)
-
-
-class _Echo:
-    """What the cell shows of a launch while it runs, and the run's log file.
-
-    Lines are printed one write per line, so ranks never interleave mid-line. Some lines are
-    kept in the result and the log but not shown, because the message ``launch`` raises says
-    the same in fewer words: torchrun's traceback after a failed worker (mpiexec's banner after a
-    rank killed by a signal), what the launcher says while the
-    launch is being stopped, and faulthandler's list of loaded extension modules (one line
-    of 30 module names under every native crash report). With ``stream=False`` the cell shows a
-    progress bar instead of the lines.
-    """
-
-    SILENCE_S = 5.0  # a streamed launch that printed nothing for this long says it waits
-
-    def __init__(self, stream: bool, multi_node: bool, script: Path, timeout: float,
-                 log: Path | None):
-        self.stream = stream
-        self.multi_node = multi_node
-        self.script = script
-        self.deadline = time.monotonic() + timeout
-        self.timeout = timeout
-        self.log_path = log
-        self.log = log.open("w", encoding="utf-8") if log else None
-        self.closed_streams = 0
-        self.rank_lines = 0
-        self.hidden = 0
-        self.agent_traceback: set[int] = set()
-        self.quiet_agents = False
-        self.last_line = time.monotonic()
-        self.waiting_said = 0.0
-        self.bar = None if stream else _progress_bar(script)
-        self.bar_drawn = 0.0
-
-    def open_streams(self, agents: int) -> bool:
-        return self.closed_streams < 2 * agents
-
-    def __call__(self, line: Line) -> None:
-        self.last_line = time.monotonic()
-        source = (f"{line.source} node{line.node}" if line.rank is None and self.multi_node
-                  else line.source)
-        if self.log:
-            self.log.write(f"[{source}] {line.text}\n")
-            self.log.flush()
-        if line.rank is None and line.text.startswith(_LAUNCHER_REPORT):
-            self.agent_traceback.add(line.node)
-        self.rank_lines += line.rank is not None
-        if self._folded(line):
-            self.hidden += 1
-        elif self.bar is not None:
-            if line.rank is not None:
-                self.bar.update(1)
-                self.bar.set_postfix_str(f"rank {line.rank}: {line.text[:60]}", refresh=False)
-        elif self.stream:
-            target = sys.stderr if line.stream == "stderr" else sys.stdout
-            target.write(f"[{source}] {line.text}\n")
-            target.flush()
-
-    def _folded(self, line: Line) -> bool:
-        if line.rank is None:
-            return self.quiet_agents or line.node in self.agent_traceback
-        return line.text.startswith("Extension modules: ")
-
-    def tick(self) -> None:
-        """Called while no line arrives: keep the bar's clock going, or say what is awaited."""
-        now = time.monotonic()
-        if self.bar is not None:
-            if now - self.bar_drawn >= 1.0:  # the clock moves in seconds
-                self.bar_drawn = now
-                silent = now - self.last_line
-                if not self.rank_lines and silent >= self.SILENCE_S:
-                    # past start-up: the ranks were started and have printed nothing since
-                    self.bar.set_postfix_str(
-                        f"started, no line from the ranks for {silent:.0f} s (timeout "
-                        f"{self.timeout:g} s, {max(0.0, self.deadline - now):.0f} s left)",
-                        refresh=False)
-                self.bar.refresh()
-            return
-        silent = now - self.last_line
-        if self.stream and not self.quiet_agents and silent >= self.SILENCE_S \
-                and now - self.waiting_said >= max(self.SILENCE_S, silent / 2):
-            self.waiting_said = now
-            left = max(0.0, self.deadline - now)
-            starting = "" if self.rank_lines else " (starting takes seconds: each imports torch)"
-            self.note(f"{silent:.0f} s without a line from the ranks{starting}; waiting up to "
-                      f"the timeout, {self.timeout:g} s ({left:.0f} s left)")
-
-    def stopping(self) -> None:
-        """From now on the launcher only reports being stopped: keep that out of the cell."""
-        self.quiet_agents = True
-
-    def note(self, text: str) -> None:
-        """A line of the launch's own, printed even when the ranks' lines are not."""
-        if self.bar is not None:
-            self.bar.write(text)
-        else:
-            print(f"[launch] {text}", flush=True)
-
-    def kept(self) -> str:
-        """Where the lines not shown are, for the end of a message; ``""`` if none were hidden."""
-        if not self.hidden or self.log_path is None:
-            return ""
-        return (f"\n({self.hidden} line{'s' if self.hidden > 1 else ''} of the launcher's and "
-                f"faulthandler's reports not shown: the whole output is in {self.log_path})")
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
-        if self.log:
-            self.log.close()
-            self.log = None
-
-
-def _progress_bar(script: Path):
-    """A bar that counts the lines the ranks print: a widget in a notebook, text elsewhere.
-
-    ``tqdm.auto``'s trouble with iterables (lesson 01, note 1) does not arise: nothing is
-    iterated here.
-    """
-    from tqdm.auto import tqdm
-
-    bar = tqdm(desc=script.name, unit=" lines", disable=False, mininterval=0.5,
-               bar_format="{desc}: {n_fmt}{unit} from the ranks [{elapsed}]{postfix}")
-    bar.set_postfix_str("starting: each rank imports torch", refresh=False)
-    return bar

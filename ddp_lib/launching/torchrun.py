@@ -1,12 +1,6 @@
-"""The ``torchrun`` command: built in one place, for the launches here and the job files there.
-
-``command`` writes what a person types, and nothing else: on one machine
-``torchrun --standalone --nproc-per-node=N script.py``, across machines the rendezvous that every
-agent of the job meets (``--nnodes``, ``--rdzv-backend=c10d``, ``--rdzv-endpoint``,
-``--rdzv-id``). A launch from a notebook prints that command and runs it; what only the notebook
-needs (a log folder per run, the output copied with a rank label on each line) it gives torchrun
-through torchrun's own environment variables (``supervision``), so that the printed line, pasted
-into a terminal in ``notebooks/``, trains the same script.
+"""The ``torchrun`` command, built in one place for the launches here and the job files there.
+``command`` is only what a person types; a notebook's launch adds a log folder and rank labels
+through torchrun's environment (``supervision``), so the printed line does the same in a terminal.
 """
 
 from __future__ import annotations
@@ -20,26 +14,21 @@ from typing import Any
 RDZV_BACKEND = "c10d"
 STANDALONE = "--standalone"  # one machine: c10d on localhost, a free port, a random id
 NPROC_WORDS = ("gpu", "cpu", "auto")  # torchrun's own non-numeric --nproc-per-node values
-# Who serves the store that init_process_group("env://") meets at MASTER_ADDR:MASTER_PORT.
-# torch 2.4: rank 0's worker starts it, on a port that node 0's agent found free. From torch 2.5
-# the agent of node 0 serves it and every worker is a client (TORCHELASTIC_USE_AGENT_STORE=True),
-# unless TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 restores the 2.4 way. The agent's store outlives a
-# restart: 2.5 keeps the attempts apart by a key prefix made of each agent's own restart count,
-# which differs between nodes (pytorch/pytorch#135712); 2.6 took the prefix out (#136768, the fix
-# of that issue) yet creates the server once per agent, so on 2.6 and later a restarted worker
-# can read a dead peer's address even on one node (Gloo: "Connection refused", as run on 2.14.1).
-# So a launch that allows restarts gives its workers their own store, and only then: job files
-# always (the cluster's torch is unknown; 2.4 ignores the variable), a launch from a notebook
+# The store init_process_group("env://") meets: rank 0's worker serves it on torch 2.4, node 0's
+# agent from 2.5 (unless TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1). It outlives a restart: 2.5 keeps
+# attempts apart by a key prefix from each agent's restart count, which differs between nodes
+# (pytorch/pytorch#135712); 2.6 dropped the prefix (#136768) but creates the server once per agent,
+# so from 2.6 a restarted worker can read a dead peer's address even on one node (Gloo: "Connection
+# refused", seen on 2.14.1). So a launch that allows restarts gives its workers their own store:
+# job files always (the cluster's torch is unknown; 2.4 ignores the variable), a notebook's launch
 # where the installed torchrun shares its store.
 OWN_STORE_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 RANK_LABEL = "[rank${rank}]: "  # torchrun fills in the global rank
 RANK_PREFIX = re.compile(r"^\[rank(\d+)\]: ?")
-# The label is a command-line option only in recent torchrun (2.12 on); every torchrun of the
-# supported range reads it from this variable, which the option merely overrides.
+# Every supported torchrun reads the label from this variable; the option exists only from 2.12.
 RANK_LABEL_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
 
-# A host or port may be a literal or a variable the shell ($NAME, ${NAME}) or Kubernetes
-# ($(NAME)) fills in on the machine.
+# A host or port: a literal, or a variable of the shell ($NAME, ${NAME}) or Kubernetes ($(NAME)).
 VARIABLE = r"\$(?:\w+|\{\w+\}|\(\w+\))"
 HOST = re.compile(rf"{VARIABLE}|[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")
 _PORT = re.compile(rf"{VARIABLE}|\d+")
@@ -63,11 +52,8 @@ def command(
         script: the training script.
         nproc_per_node: processes on the machine: a number, or ``"gpu"``, ``"cpu"``, ``"auto"``.
         nnodes: machines (torchrun agents) in the job.
-        rdzv_endpoint: ``host:port`` every agent of the job connects to; the host may be a
-            variable that the machine fills in (``"$HEAD_NODE:29500"``). ``None`` on one
-            machine: ``--standalone``.
-        rdzv_id: a name shared by the agents of one job and no other job at the endpoint
-            (needed with an endpoint).
+        rdzv_endpoint: the rendezvous ``host:port`` (host may be a variable); ``None``: one machine.
+        rdzv_id: a name unique to this job at the endpoint (needed with an endpoint).
         max_restarts: how often torchrun restarts all workers after one fails.
         local_addr: the address this agent advertises to the others (``None``: its host name).
         args: the script's own arguments.
@@ -105,23 +91,15 @@ def arguments(script: str | os.PathLike, **options: Any) -> list[str]:
 
 
 def supervision(log_dir: Path) -> dict[str, str]:
-    """What a notebook's launch adds to ``command``, as torchrun's environment variables.
-
-    torchrun reads almost every option (each with argparse action ``env``, torch 2.4 to 2.14)
-    from ``PET_<OPTION>`` when the command line lacks it: here
-    it writes each worker's output to ``log_dir`` and copies it to its own (``--tee=3``), each
-    line labelled ``[rankN]: `` so that the notebook can tell the ranks apart. Given this way,
-    they stay off the command the notebook prints.
-    """
+    """What a notebook's launch adds to ``command``, off the printed line, as ``PET_<OPTION>``
+    variables (torchrun reads almost every option there, torch 2.4 to 2.14): each worker's output
+    to ``log_dir``, copied (``--tee=3``), each line labelled ``[rankN]: ``."""
     return {"PET_LOG_DIR": os.fspath(log_dir), "PET_TEE": "3", RANK_LABEL_ENV: RANK_LABEL}
 
 
 def shares_store() -> bool:
-    """Whether the installed torchrun's agent serves its workers' store (torch 2.5 and later).
-
-    Asked of the c10d rendezvous handler itself: from 2.5 it has its own ``use_agent_store``,
-    which reads ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE``; on 2.4 it inherits the base's ``False``.
-    """
+    """Whether the installed torchrun's agent serves its workers' store (torch 2.5 and later): from
+    2.5 the c10d rendezvous handler has its own ``use_agent_store``; 2.4's inherits ``False``."""
     from torch.distributed.elastic.rendezvous.dynamic_rendezvous import DynamicRendezvousHandler
 
     return "use_agent_store" in vars(DynamicRendezvousHandler)

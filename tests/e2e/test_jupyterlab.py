@@ -36,7 +36,7 @@ import nbformat
 import pytest
 from conftest import processes_mentioning, wait_until_gone
 
-from ddp_lib.launcher import free_ports
+from ddp_lib.launching.launcher import free_ports
 from workshop import exercises
 
 ROOT = Path(__file__).resolve().parents[2]

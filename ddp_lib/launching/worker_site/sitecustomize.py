@@ -1,35 +1,15 @@
-"""Run by Python at start-up in every process a ``ddp_lib`` launch starts (this folder is first on
-their ``PYTHONPATH``). It only observes: a rank behaves as under the printed command.
+"""Run at start-up by every process of a ``ddp_lib`` launch (this folder leads its ``PYTHONPATH``).
+It only observes: a rank (a torchrun worker, with ``RANK`` and ``LOCAL_RANK``, or an ``mpiexec``
+one, with ``PMI_RANK``) behaves as under the printed command.
 
-A rank is a torchrun worker (``RANK`` and ``LOCAL_RANK`` set) or a process that ``mpiexec``
-started (``PMI_RANK``: the script itself sets torch's variables from it).
-
-In a rank it registers ``faulthandler`` on SIGUSR1: when a launch times out, or its cell is
-interrupted, ``ddp_lib`` sends SIGUSR1 to each worker before stopping it, and the worker writes
-every thread's Python stack to ``$DDP_WORKSHOP_STACKS/rank<RANK>.txt``. That is how a hung job
-tells which line each rank was waiting on. faulthandler writes from its C signal handler, so a
-rank stuck inside a collective (in C++, the GIL released or not) still answers. A worker that
-crashes in native code (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL) prints every thread's Python
-stack to its stderr first, so the failure message shows the line it was on.
-
-It also does for every script what torchrun's ``@record`` decorator does for the function it
-wraps: an uncaught exception is written to the error file torchrun names in
-``TORCHELASTIC_ERROR_FILE``, by torch's own ``ErrorHandler``, so torchrun's failure report shows the
-exception, and its ``ChildFailedError`` hands it to ``ddp_lib`` with the rank's exit code
-(``ddp_lib.failures``) instead of leaving it in interleaved output. Under mpiexec, which reads
-no error file, the exception goes to ``$DDP_WORKSHOP_RANK_ERRORS/rank<N>.error.json``: the launch
-stops the other ranks when it appears, as torchrun would. That is done only where the
-script has imported torch: importing it just to write the file would cost a second or two of CPU
-(a script that fails before, a ``SyntaxError`` say, still prints its traceback, which ``ddp_lib``
-reads instead).
-
-Under mpiexec, a rank's standard output and error are line-buffered: mpiexec labels each piece
-of output it reads with the rank, so a line written in pieces (``print(a, b)`` unbuffered writes
-four) would come out cut into labelled fragments.
-
-Nothing here works around a torch bug: a script that needs a workaround carries it as a line of
-its own (``docs/compatibility.md`` lists them). A ``sitecustomize`` that was there before this
-one (a distribution's, a site's) still runs.
+On SIGUSR1, sent before a timed-out or interrupted launch is stopped, a rank writes every thread's
+stack to ``$DDP_WORKSHOP_STACKS/rank<RANK>.txt`` from faulthandler's C signal handler, which
+answers even in a collective. An uncaught exception goes, as with torchrun's ``@record``, through
+torch's ``ErrorHandler`` to ``TORCHELASTIC_ERROR_FILE`` or, under mpiexec, to
+``$DDP_WORKSHOP_RANK_ERRORS/rank<N>.error.json`` (the launch then stops the other ranks); only once
+torch is imported, as importing it for this costs a second or two. Under mpiexec, output is
+line-buffered, or mpiexec's rank labels would cut a line written in pieces. Nothing here works
+around a torch bug (``docs/compatibility.md``); an earlier ``sitecustomize`` still runs.
 """
 
 import os
@@ -37,8 +17,7 @@ import sys
 
 
 def _launched_rank():
-    """This process's rank if a ddp_lib launch started it as a rank, else ``None`` (torchrun's
-    agent itself, for instance)."""
+    """This process's rank if a ddp_lib launch started it as one, else ``None`` (e.g. the agent)."""
     if not os.environ.get("DDP_WORKSHOP_STACKS"):
         return None
     if "RANK" in os.environ and "LOCAL_RANK" in os.environ:
@@ -54,8 +33,7 @@ def _register_stack_dump() -> None:
     import faulthandler
     import signal
 
-    # A rank that crashes in C++ (SIGSEGV, SIGABRT, ...) prints every thread's Python stack to its
-    # stderr before it dies, so the failure message can say which line it was on.
+    # On a native crash (SIGSEGV, SIGABRT, ...) the stacks go to stderr: the report shows the line.
     faulthandler.enable(file=sys.stderr, all_threads=True)
     if not hasattr(signal, "SIGUSR1"):
         return
@@ -67,8 +45,7 @@ def _register_stack_dump() -> None:
 
 
 def _error_file():
-    """Where this rank writes its uncaught exception: the file torchrun names, or under mpiexec
-    one of the launch's; ``None`` if neither (not a rank, or torchrun keeps no error files)."""
+    """This rank's error file: torchrun's, or under mpiexec the launch's; ``None`` if neither."""
     rank = _launched_rank()
     if rank is None:
         return None
@@ -94,13 +71,9 @@ def _record_uncaught_exceptions() -> None:
 
 
 def _write_error_file(path: str, exc: BaseException, tb) -> None:
-    """torch's ``ErrorHandler.record_exception``, written under another name, then renamed.
-
-    Written whole or not at all: torchrun stops the other ranks as soon as one fails, and since
-    pytorch/pytorch#160908 (2025; 2.14 does, 2.4 does not) it reads the error file of every rank
-    it stopped. A file cut short by its SIGTERM would make torchrun's agent fail on the JSON
-    instead of reporting the failures.
-    """
+    """torch's ``ErrorHandler.record_exception``, to another name, then renamed: since
+    pytorch/pytorch#160908 (2.14 does, 2.4 does not) torchrun reads the error file of every rank
+    it stopped, and one cut short by its SIGTERM would make its agent fail on the JSON."""
     from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
 
     partial = path + ".tmp"
