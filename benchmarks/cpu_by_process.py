@@ -29,7 +29,7 @@ def kind(cmdline: list[str], environ: dict[str, str]) -> str:
     if "LOCAL_RANK" in environ:
         script = next((Path(part).name for part in cmdline if part.endswith(".py")), "?")
         return f"worker {script}"
-    if "torch.distributed.run" in text or "torchrun" in text or "ddp_lib.launching.agent" in text:
+    if "torch.distributed.run" in text or "torchrun" in text:  # ddp_lib.launching.torchrun_main too
         return "torchrun agent"
     if "ipykernel" in text:
         return "Jupyter kernel"

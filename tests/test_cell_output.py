@@ -107,7 +107,7 @@ SLEEP_CALLS = {"x86_64": {"35", "230"}, "aarch64": {"101", "115"}}.get(platform.
 def _in_sleep_call(process: psutil.Process) -> bool:
     """Whether a worker (not its torchrun agent) is blocked in a sleep system call now."""
     try:
-        if "ddp_lib.launching.agent" in " ".join(process.cmdline()):
+        if "ddp_lib.launching.torchrun_main" in " ".join(process.cmdline()):
             return False
         if SLEEP_CALLS is None:  # another processor: sleeping is as close as we can tell
             return process.status() == psutil.STATUS_SLEEPING

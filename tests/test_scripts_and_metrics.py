@@ -10,7 +10,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 import course_helpers
-from ddp_lib import results, scripts, write_script
+from ddp_lib import measurements, scripts, write_script
 from ddp_lib.files import atomic_write_text
 from ddp_lib.launching import metrics
 
@@ -212,9 +212,9 @@ def test_report_weights_fingerprints_equal_and_different_weights(workdir, monkey
 
 
 def test_results_round_trip_and_missing_lesson(workdir):
-    assert results.load("01_single_device") is None
-    results.save("01_single_device", {"images_per_s": 1234.5})
-    assert results.load("01_single_device") == {"images_per_s": 1234.5}
+    assert measurements.load("01_single_device") is None
+    measurements.save("01_single_device", {"images_per_s": 1234.5})
+    assert measurements.load("01_single_device") == {"images_per_s": 1234.5}
     assert [p.name for p in (workdir / "results").iterdir()] == ["01_single_device.json"]
 
 

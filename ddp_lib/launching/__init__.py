@@ -7,8 +7,8 @@ One launch, in the order it happens:
 * ``launcher``: ``launch`` and ``launch_nodes``: check the arguments, print the command, run it;
 * ``supervise``: the launcher's processes, started and always stopped (timeout, interrupt, a
   failed node, a dying kernel); ``output``: what the cell shows meanwhile;
-* ``agent``: torchrun's own ``main``, keeping its failures as data; ``worker_site``: what every
-  rank runs first (stacks on SIGUSR1, its uncaught exception to a file); nothing else;
+* ``torchrun_main``: torchrun's own ``main``, keeping its failures as data; ``worker_site``: what
+  every rank runs first (stacks on SIGUSR1, its uncaught exception to a file); nothing else;
 * ``records``, ``stacks``, ``metrics``: what the run left (failures, stacks of hung ranks,
   reported numbers), each read once into ``result.LaunchResult``, and ``messages``: the error a
   failed launch raises, naming the rank, the cause and the line;

@@ -127,9 +127,9 @@ def _agent(script: Path, args: Sequence, nproc_per_node: int, nnodes: int,
     words = torchrun.arguments(script, nproc_per_node=nproc_per_node, nnodes=nnodes,
                                rdzv_endpoint=rdzv_endpoint, rdzv_id=_rdzv_id(script),
                                local_addr=local_addr, max_restarts=max_restarts, args=args)
-    # torchrun's own main, which also keeps each rank's failure as data (ddp_lib.launching.agent)
+    # torchrun's own main, which also keeps each rank's failure as data (torchrun_main)
     recorded = {records.ENV_VAR: str(records.path(run_dir, logs))}
-    return Agent(command=[sys.executable, "-m", "ddp_lib.launching.agent", *words],
+    return Agent(command=[sys.executable, "-m", "ddp_lib.launching.torchrun_main", *words],
                  env={**env, **torchrun.supervision(run_dir / logs), **recorded},
                  cores=cores or [], typed=["torchrun", *words])
 

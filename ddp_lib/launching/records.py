@@ -1,8 +1,9 @@
 """Each rank's failure as torchrun's agent knows it, kept as data for the launch to read.
 
-``python -m ddp_lib.launching.agent`` writes each failed rank's ``ProcessFailure`` (or the refused
-command line) as JSON in its log folder; for mpiexec, ``record_mpiexec`` does. MPICH names the
-signal that killed a rank but not the rank: only faulthandler's report tells, and SIGKILL has none.
+``python -m ddp_lib.launching.torchrun_main`` writes each failed rank's ``ProcessFailure`` (or
+the refused command line) as JSON in its log folder; for mpiexec, ``record_mpiexec`` does. MPICH
+names the signal that killed a rank but not the rank: only faulthandler's report tells, and
+SIGKILL has none.
 """
 
 from __future__ import annotations

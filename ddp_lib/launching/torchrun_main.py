@@ -1,7 +1,8 @@
-"""``python -m ddp_lib.launching.agent ARGS``: ``torchrun ARGS`` (torchrun's own ``main``: same
-workers, output, report and exit status), also writing what torchrun only prints, as JSON, to
-``DDP_WORKSHOP_FAILURES`` (``ddp_lib.launching.records``): each failed rank's ``ProcessFailure``
-and the parser's refusal of the command line, caught by parsing it once before ``main`` does.
+"""``python -m ddp_lib.launching.torchrun_main ARGS`` is ``torchrun ARGS`` (torchrun's own
+``main``: same workers, output, report and exit status), also writing what torchrun only prints,
+as JSON, to ``DDP_WORKSHOP_FAILURES`` (``ddp_lib.launching.records``): each failed rank's
+``ProcessFailure`` and the parser's refusal of the command line, caught by parsing it once before
+``main`` does.
 """
 
 from __future__ import annotations
