@@ -108,6 +108,11 @@ def test_two_clones_each_import_their_own_ddp_lib(tmp_path):
         env={**env, "PATH": f"{clones[0] / '.venv' / 'bin'}{os.pathsep}{env['PATH']}"},
         capture_output=True, text=True, timeout=120)
     assert torchrun.stdout.strip() == str(clones[0] / "ddp_lib" / "__init__.py"), torchrun.stderr
+    mpi4py = subprocess.run(  # lesson 10's mpi4py script, from a terminal: MPICH's libmpi found
+        [str(clones[0] / ".venv" / "bin" / "python"), "-c",
+         "from mpi4py import MPI; print(MPI.Get_library_version().split()[0])"],
+        env=env, capture_output=True, text=True, timeout=120)
+    assert mpi4py.stdout.strip() == "MPICH", mpi4py.stderr
 
 
 LIBRARY_FILES = sorted((ROOT / "ddp_lib").rglob("*.py"))

@@ -44,7 +44,17 @@ def is_current(target: Path) -> bool:
     """Whether ``target`` was made for the running environment and is whole."""
     marker = target / MARKER
     return marker.is_file() and marker.read_text().strip() == sys.prefix and (
-        target / "bin" / "python").exists()
+        target / "bin" / "python").exists() and all(
+        (target / "lib" / library.name).exists() for library in _shared_libraries())
+
+
+def _shared_libraries() -> list[Path]:
+    """What the shared environment's ``lib/`` holds besides Python's own folder: the native
+    libraries that packages look for under ``sys.prefix``, such as MPICH's ``libmpi.so``, which
+    mpi4py loads from ``sys.prefix/lib`` and nowhere else in a venv."""
+    lib = Path(sys.prefix) / "lib"
+    return sorted(p for p in lib.iterdir() if not p.name.startswith("python")) if lib.is_dir() \
+        else []
 
 
 def build(target: Path) -> None:
@@ -59,6 +69,8 @@ def build(target: Path) -> None:
     # addsitedir, not a bare path: the shared folder's own .pth files are read too.
     (purelib / PTH).write_text(f"import site; site.addsitedir({str(shared_site_packages())!r})\n")
     _link_programs(Path(sys.prefix) / "bin", target / "bin")
+    for library in _shared_libraries():
+        (target / "lib" / library.name).symlink_to(library)
     share = Path(sys.prefix) / "share" / "jupyter"
     if share.is_dir():  # JupyterLab's application, extensions and kernels
         (target / "share").mkdir(exist_ok=True)
