@@ -163,7 +163,8 @@ browser:
 # launches, and lesson 03 and the stop button in JupyterLab (tests/e2e says why those). CI then
 # runs test-browser, the long sweep: every other notebook in JupyterLab, the learners' edition
 # under nbval (its stubs are `pass`, so this checks that no later cell depends on what a solution
-# computed), and the tests marked `sweep` (20 launches in a row, Slurm, two-node variants).
+# computed), the tests marked `sweep` (20 launches in a row, Slurm, two-node variants), and the
+# take-home folder's tests on the oldest supported torch (make compat, below: its own environment).
 # make test LESSONS=notebooks/05_ddp.ipynb adds lessons, under nbval.
 LESSONS ?=
 test test-browser: export DDP_WORKSHOP_DATASET ?= synthetic
@@ -177,6 +178,8 @@ test-browser: browser exercises
 	"$(BIN)/python" -m pytest tests -m sweep --durations=15
 	"$(BIN)/python" -m pytest build/exercises/notebooks/*.ipynb --nbval-lax \
 		--nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600
+	$(MAKE) --no-print-directory compat TORCH=$$($(PYTHON) workshop/compat.py oldest) \
+		COMPAT_TESTS=tests/test_take_home.py
 
 exercises: setup
 	rm -rf build/exercises

@@ -101,3 +101,7 @@ def test_the_makefile_runs_it_as_a_script_without_importing_torch():
     unknown = subprocess.run([sys.executable, "-S", str(script), "torchvision-for", "2.3.0"],
                              capture_output=True, text=True)
     assert unknown.returncode == 2 and "no torchvision known" in unknown.stderr
+
+
+def test_the_oldest_release_is_the_last_patch_of_the_oldest_minor():
+    assert compat.oldest_release() == "2.4.1"

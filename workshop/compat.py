@@ -150,10 +150,20 @@ def check_installed() -> int:
     return 1 if problems else 0
 
 
+def oldest_release() -> str:
+    """The newest patch release of the oldest supported torch, e.g. ``2.4.1``: what CI runs."""
+    return max((t for t in TORCHVISION_FOR if _minor(t) == _minor(SUPPORTED_TORCH[0])),
+               key=release)
+
+
 def main(argv: list[str]) -> int:
-    """``check``: check the installed torch; ``torchvision-for VERSION``: print the release."""
+    """``check``: check the installed torch; ``torchvision-for VERSION``: print the release;
+    ``oldest``: print the oldest supported torch release."""
     if argv == ["check"]:
         return check_installed()
+    if argv == ["oldest"]:
+        print(oldest_release())
+        return 0
     if len(argv) == 2 and argv[0] == "torchvision-for":
         try:
             print(torchvision_for(argv[1]))
@@ -161,7 +171,7 @@ def main(argv: list[str]) -> int:
             print(f"Error: {error}", file=sys.stderr)
             return 2
         return 0
-    print("usage: compat.py check | compat.py torchvision-for TORCH_VERSION", file=sys.stderr)
+    print("usage: compat.py check | oldest | torchvision-for TORCH_VERSION", file=sys.stderr)
     return 2
 
 
