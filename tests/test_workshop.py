@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import ast
+import copy
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from workshop import exercises, schedule
+from workshop import exercises, schedule, sections
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -60,7 +61,10 @@ def test_stubs_are_python_and_replace_each_solution(built, path):
             assert not exercises.is_solution(theirs)
             ast.parse(cell_text(theirs))
             assert cell_text(theirs).rstrip().endswith("pass"), "the stub does nothing"
-        else:
+        else:  # copied unchanged, the instructor's notes folded
+            theirs = copy.deepcopy(theirs)
+            if ours.metadata.get(sections.KEY, {}).get("tier") == "instructor":
+                assert theirs.metadata.pop("jupyter") == {"source_hidden": True}
             assert theirs == ours, "every other cell is copied unchanged"
     assert learners["metadata"] == course["metadata"]
 
@@ -94,14 +98,15 @@ def test_a_stub_says_which_cells_to_edit_when_the_solution_names_them():
 def test_minutes_line_matches_the_metadata():
     found = schedule.lessons()
     assert [lesson.number for lesson in found] == [p.name[:2] for p in NOTEBOOKS]
-    assert all(lesson.teaching_min > 0 and lesson.exercises_min > 0 for lesson in found)
+    assert all(lesson.teaching_min > 0 for lesson in found)
+    assert all(any(s.exercises for s in lesson.sections) for lesson in found)
 
 
 def test_a_wrong_minutes_line_is_refused(tmp_path):
     notebook = nbformat.read(NOTEBOOKS[0], as_version=4)
     notebook.metadata[schedule.KEY]["teaching_min"] += 5
     nbformat.write(notebook, tmp_path / NOTEBOOKS[0].name)
-    with pytest.raises(ValueError, match="disagrees"):
+    with pytest.raises(ValueError, match="must say the same"):
         schedule.lessons(tmp_path)
 
 
@@ -113,3 +118,86 @@ def test_every_lesson_has_notes_and_run_times():
 
 def test_the_committed_schedule_is_current():
     assert schedule.main(["--check"]) == 0, "docs/schedule.md is stale: run make schedule"
+
+
+def test_every_section_and_exercise_has_its_tier_and_enough_minutes():
+    assert sections.problems(sections.all_sections()) == []
+
+
+def test_a_section_stating_less_than_its_words_code_and_runs_need_is_named(tmp_path):
+    notebook = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# 99 · A lesson"),
+        nbformat.v4.new_markdown_cell("## 1. Long\n\n" + "word " * 400, metadata={
+            "ddp_workshop": {"tier": "core", "audiences": ["ML"], "minutes": 2}}),
+        nbformat.v4.new_code_cell("x = 1\n" * 60),
+        nbformat.v4.new_markdown_cell("## Exercises", metadata={
+            "ddp_workshop": {"tier": "core", "audiences": ["ML"], "minutes": 1}}),
+        nbformat.v4.new_markdown_cell("**1.** Write it.", metadata={
+            "ddp_workshop": {"tier": "core", "minutes": 1}}),
+        nbformat.v4.new_code_cell("# Solution to exercise 1\n" + "y = 2\n" * 12),
+    ])
+    nbformat.write(notebook, tmp_path / "99_lesson.ipynb")
+    found = {"99": sections.read(tmp_path / "99_lesson.ipynb", {"99": {0: 90.0}})}
+    said = sections.problems(found)
+    # 402 words at 130 a minute, 60 lines at 30 a minute, 90 s of runs: 3.1 + 2 + 1.5 -> 7
+    assert said == [
+        "99 cell 1 '1. Long': 2 min stated, at least 7 needed (402 words, 60 lines of code, "
+        "90 s of runs)",
+        "99 exercise 1: 1 min stated, at least 3 needed (3 words, 12 lines to write, 0 s of runs)"]
+
+
+def test_the_one_day_plan_is_core_only_and_has_ddp_before_lunch():
+    found = schedule.lessons()
+    track = next(t for t in schedule.TRACKS if t.name == "one-day")
+    [day] = schedule.pack(track, found)
+    assert {slot.section.tier for _, slot in day} == {"core"}
+    assert all(e.tier == "core" for _, slot in day for e in slot.exercises)
+    taught = {(slot.lesson.number, slot.section.cell) for _, slot in day}
+    assert taught == {(lesson.number, s.cell) for lesson in found for s in lesson.sections
+                      if s.tier == "core"}, "every core section, once"
+    ddp_ends = max(start + slot.minutes for start, slot in day if slot.lesson.number == "05")
+    assert ddp_ends <= schedule.LUNCH[0]
+    assert all(start + slot.minutes <= schedule.DAY_END - schedule.WRAP_UP_MIN
+               for start, slot in day)
+
+
+def test_the_hpc_track_teaches_the_launchers_right_after_the_multi_node_launch():
+    track = next(t for t in schedule.TRACKS if t.name == "hpc")
+    order = [slot.lesson.number for day in schedule.pack(track, schedule.lessons())
+             for _, slot in day]
+    lessons_in_order = list(dict.fromkeys(order))
+    assert lessons_in_order.index("10") == lessons_in_order.index("06") + 1
+
+
+def test_a_core_that_does_not_fit_its_day_is_refused_by_name():
+    found = schedule.lessons()
+    heavy = found[0].sections[0]
+    heavy = sections.Section(heavy.lesson, heavy.title, heavy.cell,
+                             {**heavy.meta, "minutes": 400})
+    too_long = [schedule.Lesson(found[0].number, found[0].title, 400, 0, False,
+                                (heavy, *found[0].sections[1:])), *found[1:]]
+    track = next(t for t in schedule.TRACKS if t.name == "one-day")
+    with pytest.raises(schedule.DoesNotFit, match=r"One day: .* do not fit \(00 1\. What is"):
+        schedule.pack(track, too_long)
+
+
+def test_the_learners_edition_folds_the_instructors_notes(built):
+    for name, (course, learners) in built.items():
+        folded = [i for i, cell in enumerate(learners.cells)
+                  if cell.metadata.get("jupyter", {}).get("source_hidden")
+                  and "solution" not in cell.metadata.get("tags", [])]
+        notes = [i for i, cell in enumerate(course.cells)
+                 if cell.metadata.get(sections.KEY, {}).get("tier") == "instructor"]
+        assert set(notes) <= set(folded), name
+        assert all(course.cells[i].metadata.get(sections.KEY, {}).get("tier") == "instructor"
+                   or course.cells[i].metadata.get("jupyter", {}).get("source_hidden")
+                   or _in_instructor_section(course, i) for i in folded), name
+
+
+def _in_instructor_section(notebook, index: int) -> bool:
+    for cell in reversed(notebook.cells[:index + 1]):
+        if cell.cell_type == "markdown" and sections.HEADING.fullmatch(
+                cell.source.split("\n", 1)[0]):
+            return cell.metadata.get(sections.KEY, {}).get("tier") == "instructor"
+    return False
+

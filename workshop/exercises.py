@@ -21,6 +21,8 @@ from pathlib import Path
 
 import nbformat
 
+from workshop import sections
+
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = "solution"
 STUB = "exercise-stub"
@@ -75,12 +77,20 @@ def _wrap(text: str, width: int) -> list[str]:
 
 
 def edition(notebook: dict) -> dict:
-    """A copy of a notebook with each solution cell replaced by its stub."""
+    """A copy of a notebook with each solution cell replaced by its stub, and the instructor's
+    notes folded away (a section of tier ``instructor``: shown as one collapsed line)."""
     learners = copy.deepcopy(notebook)
     cells = learners["cells"]
+    instructor = False
     for i, cell in enumerate(cells):
+        tier = cell.get("metadata", {}).get(sections.KEY, {}).get("tier")
+        if cell["cell_type"] == "markdown" and sections.HEADING.fullmatch(
+                source(cell).split("\n", 1)[0]):
+            instructor = tier == "instructor"
         if is_solution(cell):
             cells[i] = stub(cell, cells[i - 1])
+        elif instructor:
+            cell["metadata"].setdefault("jupyter", {})["source_hidden"] = True
     return learners
 
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import nbformat
 
+from workshop import sections
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 OUTPUT = ROOT / "docs" / "schedule.md"
@@ -26,31 +28,20 @@ MINUTES_LINE = re.compile(r"\*Teaching: (\d+) min · Exercises: (\d+) min\*")
 
 # Where the figures come from: a key in the table, its meaning under it.
 SOURCES = {
-    "alone": "the notebook executed alone, headless, kernel start included (`make bench "
-             "BENCH_ARGS=\"--only notebooks\"`, small size, every solution run) on 2026-11-24, "
-             "commit 6303671, on an otherwise idle 2-core AMD EPYC machine "
-             "([benchmarks §4](benchmarks.md#4-the-series-itself)); a machine with more cores "
-             "runs it faster.",
-    "alone, 2026-11-25": "the notebook executed alone, headless (`jupyter nbconvert --execute`, "
-                         "kernel start included, small size, every solution run) on 2026-11-25, "
-                         "commit fba81d0, on a 2-core machine of the same kind, not otherwise "
-                         "busy (load average under 1.5).",
-    "alone, 2026-11-26": "the same, on 2026-11-26, commit e6f834f, load average under 1.7.",
+    "cells": "the sum of the notebook's code cells, run one notebook at a time under nbval "
+             "(small size, every solution run, kernel start not included) on an otherwise idle "
+             "2-core AMD EPYC machine: `workshop/run_seconds.json`, which says when, at which "
+             "commit and with which command; the same figures set the sections' minutes.",
     "h100": "[benchmarks, GPU](benchmarks.md#gpu): one H100, full size, taken before the GPU "
             "path was rebuilt and the lesson changed: **not measured since**.",
     "h200": "[benchmarks, GPU](benchmarks.md#gpu): one H200 (16 cores, the node's torch "
             "2.11.0+cu130), full size, headless (the GPU guide's `run_notebooks.py`), at commit "
             "7d7b501, 2026-11-26.",
 }
-CPU_NOW, GPU_OLD, GPU_NOW = "alone", "h100", "h200"
+CPU_NOW, GPU_OLD, GPU_NOW = "cells", "h100", "h200"
 # Seconds per notebook, and the source of each figure (None: no record).
 CPU_SECONDS: dict[str, tuple[float, str]] = {
-    "00": (45.6, CPU_NOW), "01": (46.9, CPU_NOW), "02": (13.4, CPU_NOW),
-    "03": (35.2, CPU_NOW), "04": (70.8, CPU_NOW), "05": (123.4, CPU_NOW),
-    "06": (95.8, CPU_NOW), "07": (91.6, CPU_NOW), "08": (180.2, CPU_NOW),
-    "09": (101.1, CPU_NOW), "10": (21.1, "alone, 2026-11-25"),
-    "11": (75.8, "alone, 2026-11-26"),
-}
+    lesson: (sum(cells.values()), CPU_NOW) for lesson, cells in sections.run_seconds().items()}
 GPU_SECONDS: dict[str, tuple[float, str] | None] = {
     "00": (52, GPU_OLD), "01": (66, GPU_OLD), "02": (16, GPU_NOW), "03": (37, GPU_OLD),
     "04": (90, GPU_OLD), "05": (173, GPU_NOW), "06": (140, GPU_NOW), "07": (69, GPU_OLD),
@@ -121,13 +112,14 @@ NOTES: dict[str, tuple[str, str]] = {
 
 @dataclass(frozen=True)
 class Lesson:
-    """One notebook as the schedule sees it."""
+    """One notebook as the schedule sees it: its sections, and its minutes from their metadata."""
 
     number: str
     title: str
     teaching_min: int
     exercises_min: int
     gpu_only_cells: bool
+    sections: tuple[sections.Section, ...]
 
     @property
     def minutes(self) -> int:
@@ -135,63 +127,165 @@ class Lesson:
 
 
 def lessons(folder: Path = NOTEBOOKS) -> list[Lesson]:
-    """Every lesson, from its metadata; the first cell's minutes line must agree with it."""
+    """Every lesson. Its minutes are its sections' (those taught, and the exercises that are
+    not homework); the first cell's minutes line and the notebook's metadata must agree."""
     found = []
+    measured = sections.run_seconds()
     for path in sorted(folder.glob("[0-9][0-9]_*.ipynb")):
         notebook = nbformat.read(path, as_version=4)
         meta = notebook.metadata[KEY]
+        parts = sections.read(path, measured)
+        teaching = sum(s.minutes for s in parts if s.tier in sections.TAUGHT)
+        exercises = sum(e.minutes for s in parts for e in s.exercises if e.tier != "homework")
         first = notebook.cells[0].source
         shown = MINUTES_LINE.search(first)
-        minutes = (meta["teaching_min"], meta["exercises_min"])
-        if not shown or (int(shown[1]), int(shown[2])) != minutes:
-            raise ValueError(f"{path.name}: the first cell's minutes line disagrees with "
-                             f"metadata[{KEY!r}] = {meta}")
+        stated = (meta["teaching_min"], meta["exercises_min"])
+        if not shown or (int(shown[1]), int(shown[2])) != stated or stated != (teaching,
+                                                                               exercises):
+            raise ValueError(f"{path.name}: its sections add up to {teaching} min of teaching "
+                             f"and {exercises} of exercises; the first cell's minutes line and "
+                             f"metadata[{KEY!r}] = {meta} must say the same")
         title = first.splitlines()[0].removeprefix("# ").split(" · ", 1)[-1]
-        found.append(Lesson(path.name[:2], title, meta["teaching_min"], meta["exercises_min"],
-                            bool(meta["gpu_only_cells"])))
+        found.append(Lesson(path.name[:2], title, teaching, exercises,
+                            bool(meta["gpu_only_cells"]), tuple(parts)))
     return found
 
 
-def sessions(day: list[Lesson], cap: int) -> list[list[Lesson]]:
-    """Whole lessons packed in order into sessions of at most ``cap`` minutes (or one lesson)."""
-    packed: list[list[Lesson]] = []
-    for lesson in day:
-        if packed and sum(x.minutes for x in packed[-1]) + lesson.minutes <= cap:
-            packed[-1].append(lesson)
-        else:
-            packed.append([lesson])
-    return packed
+@dataclass(frozen=True)
+class Track:
+    """A way through the course: which sections and exercises, in which order, over how many
+    days, and what must happen before lunch on day 1."""
+
+    name: str
+    title: str
+    days: int
+    tiers: tuple[str, ...]  # the sections taught
+    exercise_tiers: tuple[str, ...]  # the exercises done in the day
+    audience: str | None  # only sections for it; None: every section of those tiers
+    order: tuple[str, ...]  # lesson numbers
+    before_lunch: str | None  # the lesson whose taught sections end before day 1's lunch
+    about: str
+
+
+ALL = tuple(f"{n:02d}" for n in range(12))
+TRACKS = (
+    Track("one-day", "One day", 1, ("core",), ("core",), None, ALL, "05",
+          "Core sections and core exercises only; DDP training is in the learners' hands "
+          "before lunch."),
+    Track("two-day", "Two days", 2, ("core", "optional", "demo"), ("core", "optional"), None,
+          ALL, None, "Core and optional sections, the demos, core and optional exercises."),
+    Track("hpc", "HPC centre, one day", 1, ("core", "optional", "demo"), ("core",), "HPC",
+          ("00", "01", "02", "03", "04", "05", "06", "10", "09", "07", "08", "11"), "05",
+          "For people who run jobs on a cluster: the sections for HPC, lesson 10's launchers "
+          "and binding right after 06's multi-node launch, then 09's hangs."),
+)
+DAY_START, DAY_END = 9 * 60, 17 * 60
+WELCOME_MIN, WRAP_UP_MIN = 15, 15
+# The teaching blocks of a day, between the welcome, two breaks, lunch and the wrap-up.
+BLOCKS = ((9 * 60 + 15, 10 * 60 + 30), (10 * 60 + 45, 12 * 60 + 30),
+          (13 * 60 + 30, 15 * 60), (15 * 60 + 15, 16 * 60 + 45))
+LUNCH = (12 * 60 + 30, 13 * 60 + 30)
+
+
+@dataclass(frozen=True)
+class Slot:
+    lesson: Lesson
+    section: sections.Section
+    minutes: int
+    exercises: tuple[sections.Exercise, ...]
+
+
+def slots(track: Track, all_lessons: list[Lesson]) -> list[Slot]:
+    """The track's sections in teaching order, each with the exercises done there."""
+    by_number = {lesson.number: lesson for lesson in all_lessons}
+    chosen = []
+    for number in track.order:
+        lesson = by_number[number]
+        for section in lesson.sections:
+            if section.tier not in track.tiers:
+                continue
+            if track.audience and track.audience not in section.audiences:
+                continue
+            if track.audience and section.tier != "core" and section.audiences != [
+                    track.audience]:
+                continue  # an optional section for everyone is not the HPC day's
+            done = tuple(e for e in section.exercises if e.tier in track.exercise_tiers)
+            chosen.append(Slot(lesson, section, section.minutes + sum(e.minutes for e in done),
+                               done))
+    return chosen
+
+
+class DoesNotFit(ValueError):
+    """The track's sections do not fit its days."""
+
+
+def pack(track: Track, all_lessons: list[Lesson]) -> list[list[tuple[int, Slot]]]:
+    """Each day's (start minute, slot) pairs: sections in order, each whole within a block."""
+    todo = slots(track, all_lessons)
+    days: list[list[tuple[int, Slot]]] = []
+    for _ in range(track.days):
+        day: list[tuple[int, Slot]] = []
+        for begin, end in BLOCKS:
+            now = begin
+            while todo and now + todo[0].minutes <= end:
+                day.append((now, todo[0]))
+                now += todo.pop(0).minutes
+        days.append(day)
+    if todo:
+        left = sum(slot.minutes for slot in todo)
+        names = "; ".join(f"{s.lesson.number} {s.section.title} ({s.minutes} min)"
+                          for s in todo)
+        raise DoesNotFit(f"{track.title}: {left} min do not fit ({names})")
+    if track.before_lunch:
+        ends = [start + slot.minutes for start, slot in days[0]
+                if slot.lesson.number == track.before_lunch]
+        if not ends or max(ends) > LUNCH[0]:
+            raise DoesNotFit(f"{track.title}: lesson {track.before_lunch} does not end before "
+                             f"lunch on day 1 ({clock(max(ends)) if ends else 'not on day 1'})")
+    return days
 
 
 def clock(minutes: int) -> str:
     return f"{minutes // 60:02d}:{minutes % 60:02d}"
 
 
-def day_table(day: list[Lesson], cap: int, start: int = 9 * 60) -> list[str]:
-    """A day's timetable: sessions, a 15-minute break between them, lunch after the second."""
-    rows = ["| time | what |", "|---|---|"]
-    now = start
-    packed = sessions(day, cap)
-    for i, session in enumerate(packed):
-        for lesson in session:
-            rows.append(f"| {clock(now)}–{clock(now + lesson.minutes)} | {lesson.number} "
-                        f"{lesson.title} ({lesson.teaching_min} + {lesson.exercises_min} min) |")
-            now += lesson.minutes
-        if i < len(packed) - 1:
-            pause = 60 if i == 1 else 15
-            rows.append(f"| {clock(now)}–{clock(now + pause)} | "
-                        f"{'lunch' if pause == 60 else 'break'} |")
-            now += pause
-    rows.append(f"| {clock(now)} | end |")
+def day_table(day: list[tuple[int, Slot]]) -> list[str]:
+    """A day's timetable, with the welcome, the breaks, lunch and the wrap-up."""
+    rows = ["| time | lesson | section | tier | min |", "|---|---|---|---|---|",
+            f"| {clock(DAY_START)} | | welcome, set-up check | | {WELCOME_MIN} |"]
+    for i, (begin, end) in enumerate(BLOCKS):
+        for start, slot in day:
+            if begin <= start < end:
+                done = "".join(f"; exercise {e.number} ({e.minutes} min)"
+                               for e in slot.exercises)
+                rows.append(f"| {clock(start)} | {slot.lesson.number} | {slot.section.title}"
+                            f"{done} | {slot.section.tier} | {slot.minutes} |")
+        if i < len(BLOCKS) - 1:
+            pause_start = end
+            pause_end = BLOCKS[i + 1][0]
+            what = "lunch" if (pause_start, pause_end) == LUNCH else "break"
+            rows.append(f"| {clock(pause_start)} | | {what} | | {pause_end - pause_start} |")
+    rows.append(f"| {clock(DAY_END - WRAP_UP_MIN)} | | wrap-up, questions | | {WRAP_UP_MIN} |")
+    rows.append(f"| {clock(DAY_END)} | | end | | |")
     return rows
 
 
-def split_in_two(all_lessons: list[Lesson]) -> tuple[list[Lesson], list[Lesson]]:
-    """The split into two days whose longer day is shortest."""
-    best = min(range(1, len(all_lessons)),
-               key=lambda k: max(sum(x.minutes for x in all_lessons[:k]),
-                                 sum(x.minutes for x in all_lessons[k:])))
-    return all_lessons[:best], all_lessons[best:]
+def homework(track: Track, all_lessons: list[Lesson]) -> list[str]:
+    """What the track leaves for after the day: homework, and what it did not teach."""
+    taught = {(s.lesson.number, s.section.cell) for s in slots(track, all_lessons)}
+    done = {(s.lesson.number, e.number) for s in slots(track, all_lessons) for e in s.exercises}
+    lines = []
+    for lesson in all_lessons:
+        for section in lesson.sections:
+            if section.tier in ("homework", "optional") and (lesson.number, section.cell) \
+                    not in taught:
+                lines.append(f"- {lesson.number} {section.title} ({section.tier}, "
+                             f"{section.minutes} min)")
+            for e in section.exercises:
+                if e.tier != "core" and (lesson.number, e.number) not in done:
+                    lines.append(f"- {lesson.number} exercise {e.number} ({e.tier}, "
+                                 f"{e.minutes} min)")
+    return lines
 
 
 def seconds(value: float | None) -> str:
@@ -200,34 +294,29 @@ def seconds(value: float | None) -> str:
 
 def render(all_lessons: list[Lesson]) -> str:
     """The whole of docs/schedule.md."""
-    total = sum(x.minutes for x in all_lessons)
-    first, second = split_in_two(all_lessons)
     out = [
         "# Workshop schedule",
         "",
-        "Generated by `make schedule` (`python -m workshop.schedule`) from each notebook's "
-        f"`metadata[\"{KEY}\"]`; do not edit by hand. Minutes are teaching + exercises, as in "
-        "each lesson's first cell.",
+        "Generated by `make schedule` (`python -m workshop.schedule`) from the notebooks' "
+        "section metadata (`workshop/sections.py`); do not edit by hand. Each `##` section "
+        "carries its tier, audiences and minutes, and its minutes are at least its words at "
+        f"{sections.SPEAKING_WORDS_PER_MIN} a minute, its code at "
+        f"{sections.CODE_LINES_PER_MIN} lines a minute and its runs as measured on 2 cores "
+        "(`make test` checks that). A section is never split across a break.",
         "",
-        f"The whole series: {total} minutes ({total / 60:.1f} hours) of teaching and exercises.",
+        "| tier | meaning |",
+        "|---|---|",
+        *(f"| {tier} | {meaning} |" for tier, meaning in sections.TIERS.items()),
         "",
-        "## One day",
-        "",
-        "Long: every lesson at its stated length. Where the day is shorter, teach 02 and 03 "
-        "briefly (their key points) and leave 08's exercises as homework.",
-        "",
-        *day_table(all_lessons, cap=110),
-        "",
-        "## Two days",
-        "",
-        "### Day 1",
-        "",
-        *day_table(first, cap=95),
-        "",
-        "### Day 2",
-        "",
-        *day_table(second, cap=95),
-        "",
+    ]
+    for track in TRACKS:
+        out += [f"## {track.title} (`{track.name}`)", "", track.about, ""]
+        for number, day in enumerate(pack(track, all_lessons), 1):
+            if track.days > 1:
+                out += [f"### Day {number}", ""]
+            out += day_table(day) + [""]
+        out += ["After the day:", "", *homework(track, all_lessons), ""]
+    out += [
         "## Run time per lesson",
         "",
         "How long the notebook takes to execute, top to bottom, at the course's size: the "
@@ -257,7 +346,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail if docs/schedule.md is stale")
     args = parser.parse_args(argv)
-    text = render(lessons())
+    try:
+        text = render(lessons())
+    except DoesNotFit as error:
+        print(f"make schedule: {error}", file=sys.stderr)
+        return 1
     if args.check:
         if not OUTPUT.exists() or OUTPUT.read_text(encoding="utf-8") != text:
             print(f"{OUTPUT} is out of date: run make schedule", file=sys.stderr)

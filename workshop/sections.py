@@ -1,0 +1,203 @@
+"""The workshop's sections and exercises: what each teaches to whom, for how long, and the least
+time it can honestly take.
+
+A **section** is a markdown cell whose first line is a ``## `` heading, with the cells up to the
+next such cell; its ``metadata["ddp_workshop"]`` holds ``{"tier", "audiences", "minutes"}``. An
+**exercise** is a markdown cell that starts with ``**N.**``, with its solution cells; its metadata
+holds ``{"tier", "minutes"}``. The exercises belong to the section that lists them (Key points).
+
+A section's minutes may not be below its *floor*: its words at a speaking pace, its code read at a
+walking-through pace (a cell whose source is folded away is not read: its output is what the lesson
+shows), and its cells' run time measured on 2 cores (``RUN_SECONDS``). An
+exercise's floor is its question read, its solution written, and the solution's run time.
+
+``python -m workshop.sections`` prints every section and exercise with its floor.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+KEY = "ddp_workshop"
+TIERS = {
+    "core": "taught in every track, by the learners' own hands where there is code",
+    "optional": "taught when there is time: the two-day track",
+    "homework": "done after the day, from the learners' edition",
+    "demo": "the instructor runs it while learners watch",
+    "instructor": "notes for the instructor, folded away in the learners' edition",
+}
+TAUGHT = ("core", "optional", "demo")  # the tiers that take time in a day
+AUDIENCES = ("ML", "HPC")
+SPEAKING_WORDS_PER_MIN = 130  # a presenter explaining, not a reader skimming
+CODE_LINES_PER_MIN = 30  # code walked through on screen: about two seconds a line
+WRITTEN_LINES_PER_MIN = 6  # code a learner writes and gets right
+RUN_SECONDS = ROOT / "workshop" / "run_seconds.json"
+HEADING = re.compile(r"## (.+)")
+EXERCISE = re.compile(r"\*\*(\d+)\.")
+
+
+@dataclass
+class Exercise:
+    lesson: str
+    number: int
+    cell: int  # index of its markdown cell
+    meta: dict
+    words: int = 0
+    written_lines: int = 0
+    run_s: float = 0.0
+
+    @property
+    def tier(self) -> str:
+        return self.meta.get("tier", "")
+
+    @property
+    def minutes(self) -> int:
+        return self.meta.get("minutes", 0)
+
+    def floor(self) -> int:
+        return math.ceil(self.words / SPEAKING_WORDS_PER_MIN
+                         + self.written_lines / WRITTEN_LINES_PER_MIN + self.run_s / 60)
+
+
+@dataclass
+class Section:
+    lesson: str
+    title: str
+    cell: int  # index of its heading cell
+    meta: dict
+    words: int = 0
+    code_lines: int = 0
+    run_s: float = 0.0
+    exercises: list[Exercise] = field(default_factory=list)
+
+    @property
+    def tier(self) -> str:
+        return self.meta.get("tier", "")
+
+    @property
+    def audiences(self) -> list[str]:
+        return self.meta.get("audiences", [])
+
+    @property
+    def minutes(self) -> int:
+        return self.meta.get("minutes", 0)
+
+    def floor(self) -> int:
+        return math.ceil(self.words / SPEAKING_WORDS_PER_MIN
+                         + self.code_lines / CODE_LINES_PER_MIN + self.run_s / 60)
+
+    def __str__(self) -> str:
+        return f"{self.lesson} cell {self.cell} '{self.title}'"
+
+
+def words(text: str) -> int:
+    return len(re.findall(r"[A-Za-z0-9_']+", text))
+
+
+def lines_of_code(text: str) -> int:
+    return sum(1 for line in text.splitlines() if line.strip() and not line.lstrip()
+               .startswith("#"))
+
+
+def run_seconds() -> dict[str, dict[int, float]]:
+    """Lesson -> code cell number (nbval's ``Cell N``) -> seconds, as measured."""
+    if not RUN_SECONDS.exists():
+        return {}
+    cells = json.loads(RUN_SECONDS.read_text(encoding="utf-8"))["cells"]
+    return {lesson: {int(n): s for n, s in found.items()} for lesson, found in cells.items()}
+
+
+def read(path: Path, measured: dict[str, dict[int, float]] | None = None) -> list[Section]:
+    """The sections of one notebook, with their exercises, words, code and run time."""
+    lesson = path.name[:2]
+    seconds = (run_seconds() if measured is None else measured).get(lesson, {})
+    notebook = nbformat.read(path, as_version=4)
+    sections: list[Section] = []
+    exercise: Exercise | None = None
+    code_number = -1
+    for index, cell in enumerate(notebook.cells):
+        first = cell.source.split("\n", 1)[0]
+        if cell.cell_type == "code":
+            code_number += 1
+        meta = dict(cell.metadata.get(KEY, {}))
+        if cell.cell_type == "markdown" and HEADING.fullmatch(first):
+            sections.append(Section(lesson, HEADING.fullmatch(first)[1], index, meta))
+            exercise = None
+        elif cell.cell_type == "markdown" and EXERCISE.match(cell.source) and sections:
+            exercise = Exercise(lesson, int(EXERCISE.match(cell.source)[1]), index, meta)
+            sections[-1].exercises.append(exercise)
+        if not sections:  # the title cell: part of no section
+            continue
+        if exercise is not None:
+            if cell.cell_type == "markdown":
+                exercise.words += words(cell.source.split("<details>")[0])
+            else:
+                exercise.written_lines += lines_of_code(cell.source)
+                exercise.run_s += seconds.get(code_number, 0.0)
+        elif cell.cell_type == "markdown":
+            sections[-1].words += words(cell.source)
+        else:
+            if not cell.metadata.get("jupyter", {}).get("source_hidden"):  # folded: not read
+                sections[-1].code_lines += lines_of_code(cell.source)
+            sections[-1].run_s += seconds.get(code_number, 0.0)
+    return sections
+
+
+def all_sections(folder: Path = NOTEBOOKS) -> dict[str, list[Section]]:
+    measured = run_seconds()
+    return {path.name[:2]: read(path, measured)
+            for path in sorted(folder.glob("[0-9][0-9]_*.ipynb"))}
+
+
+def problems(found: dict[str, list[Section]]) -> list[str]:
+    """What is missing or wrong in the sections' metadata, one line each."""
+    said = []
+    for sections in found.values():
+        for section in sections:
+            if section.tier not in TIERS:
+                said.append(f"{section}: tier {section.tier!r} is not one of {list(TIERS)}")
+            if not section.audiences or not set(section.audiences) <= set(AUDIENCES):
+                said.append(f"{section}: audiences {section.audiences!r} must be some of "
+                            f"{list(AUDIENCES)}")
+            if section.tier in TAUGHT and section.minutes < section.floor():
+                said.append(f"{section}: {section.minutes} min stated, at least "
+                            f"{section.floor()} needed ({section.words} words, "
+                            f"{section.code_lines} lines of code, {section.run_s:.0f} s of runs)")
+            for exercise in section.exercises:
+                where = f"{section.lesson} exercise {exercise.number}"
+                if exercise.tier not in ("core", "optional", "homework"):
+                    said.append(f"{where}: tier {exercise.tier!r} must be core, optional or "
+                                f"homework")
+                if exercise.minutes < exercise.floor():
+                    said.append(f"{where}: {exercise.minutes} min stated, at least "
+                                f"{exercise.floor()} needed ({exercise.words} words, "
+                                f"{exercise.written_lines} lines to write, "
+                                f"{exercise.run_s:.0f} s of runs)")
+    return said
+
+
+def main() -> int:
+    found = all_sections()
+    for lesson, sections in found.items():
+        for s in sections:
+            print(f"{lesson} {s.cell:3d} {s.tier or '?':10s} {s.minutes:3d}/{s.floor():3d} min "
+                  f"({s.words:4d} w, {s.code_lines:4d} L, {s.run_s:5.0f} s)  {s.title[:50]}")
+            for e in s.exercises:
+                print(f"{'':7s}exercise {e.number}: {e.tier or '?':8s} {e.minutes:3d}/"
+                      f"{e.floor():3d} min ({e.words} w, {e.written_lines} L, {e.run_s:.0f} s)")
+    said = problems(found)
+    print("\n".join(said) or "every section and exercise has its tier and enough minutes")
+    return 1 if said else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
