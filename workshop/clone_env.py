@@ -53,8 +53,9 @@ def _shared_libraries() -> list[Path]:
     libraries that packages look for under ``sys.prefix``, such as MPICH's ``libmpi.so``, which
     mpi4py loads from ``sys.prefix/lib`` and nowhere else in a venv."""
     lib = Path(sys.prefix) / "lib"
-    return sorted(p for p in lib.iterdir() if not p.name.startswith("python")) if lib.is_dir() \
-        else []
+    if not lib.is_dir():
+        return []
+    return sorted(p for p in lib.iterdir() if not p.name.startswith("python"))
 
 
 def build(target: Path) -> None:

@@ -272,8 +272,9 @@ def day_table(day: list[tuple[int, Slot]]) -> list[str]:
 
 def homework(track: Track, all_lessons: list[Lesson]) -> list[str]:
     """What the track leaves for after the day: homework, and what it did not teach."""
-    taught = {(s.lesson.number, s.section.cell) for s in slots(track, all_lessons)}
-    done = {(s.lesson.number, e.number) for s in slots(track, all_lessons) for e in s.exercises}
+    chosen = slots(track, all_lessons)
+    taught = {(s.lesson.number, s.section.cell) for s in chosen}
+    done = {(s.lesson.number, e.number) for s in chosen for e in s.exercises}
     lines = []
     for lesson in all_lessons:
         for section in lesson.sections:

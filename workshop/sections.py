@@ -22,6 +22,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import nbformat
 
@@ -46,54 +47,46 @@ EXERCISE = re.compile(r"\*\*(\d+)\.")
 
 
 @dataclass
-class Exercise:
+class Part:
+    """What a section and an exercise share: where it starts, its metadata, what fills it."""
+
+    lines_per_min: ClassVar[int]  # code read (a section) or written (an exercise)
     lesson: str
-    number: int
-    cell: int  # index of its markdown cell
-    meta: dict
-    words: int = 0
-    written_lines: int = 0
-    run_s: float = 0.0
-
-    @property
-    def tier(self) -> str:
-        return self.meta.get("tier", "")
-
-    @property
-    def minutes(self) -> int:
-        return self.meta.get("minutes", 0)
-
-    def floor(self) -> int:
-        return math.ceil(self.words / SPEAKING_WORDS_PER_MIN
-                         + self.written_lines / WRITTEN_LINES_PER_MIN + self.run_s / 60)
-
-
-@dataclass
-class Section:
-    lesson: str
-    title: str
-    cell: int  # index of its heading cell
+    cell: int  # index of the markdown cell that starts it
     meta: dict
     words: int = 0
     code_lines: int = 0
     run_s: float = 0.0
-    exercises: list[Exercise] = field(default_factory=list)
 
     @property
     def tier(self) -> str:
         return self.meta.get("tier", "")
 
     @property
-    def audiences(self) -> list[str]:
-        return self.meta.get("audiences", [])
-
-    @property
     def minutes(self) -> int:
         return self.meta.get("minutes", 0)
 
     def floor(self) -> int:
+        """The least time it can honestly take: its words, its code and its runs."""
         return math.ceil(self.words / SPEAKING_WORDS_PER_MIN
-                         + self.code_lines / CODE_LINES_PER_MIN + self.run_s / 60)
+                         + self.code_lines / self.lines_per_min + self.run_s / 60)
+
+
+@dataclass
+class Exercise(Part):
+    lines_per_min: ClassVar[int] = WRITTEN_LINES_PER_MIN
+    number: int = 0
+
+
+@dataclass
+class Section(Part):
+    lines_per_min: ClassVar[int] = CODE_LINES_PER_MIN
+    title: str = ""
+    exercises: list[Exercise] = field(default_factory=list)
+
+    @property
+    def audiences(self) -> list[str]:
+        return self.meta.get("audiences", [])
 
     def __str__(self) -> str:
         return f"{self.lesson} cell {self.cell} '{self.title}'"
@@ -130,10 +123,10 @@ def read(path: Path, measured: dict[str, dict[int, float]] | None = None) -> lis
             code_number += 1
         meta = dict(cell.metadata.get(KEY, {}))
         if cell.cell_type == "markdown" and HEADING.fullmatch(first):
-            sections.append(Section(lesson, HEADING.fullmatch(first)[1], index, meta))
+            sections.append(Section(lesson, index, meta, title=HEADING.fullmatch(first)[1]))
             exercise = None
         elif cell.cell_type == "markdown" and EXERCISE.match(cell.source) and sections:
-            exercise = Exercise(lesson, int(EXERCISE.match(cell.source)[1]), index, meta)
+            exercise = Exercise(lesson, index, meta, number=int(EXERCISE.match(cell.source)[1]))
             sections[-1].exercises.append(exercise)
         if not sections:  # the title cell: part of no section
             continue
@@ -141,7 +134,7 @@ def read(path: Path, measured: dict[str, dict[int, float]] | None = None) -> lis
             if cell.cell_type == "markdown":
                 exercise.words += words(cell.source.split("<details>")[0])
             else:
-                exercise.written_lines += lines_of_code(cell.source)
+                exercise.code_lines += lines_of_code(cell.source)
                 exercise.run_s += seconds.get(code_number, 0.0)
         elif cell.cell_type == "markdown":
             sections[-1].words += words(cell.source)
@@ -180,7 +173,7 @@ def problems(found: dict[str, list[Section]]) -> list[str]:
                 if exercise.minutes < exercise.floor():
                     said.append(f"{where}: {exercise.minutes} min stated, at least "
                                 f"{exercise.floor()} needed ({exercise.words} words, "
-                                f"{exercise.written_lines} lines to write, "
+                                f"{exercise.code_lines} lines to write, "
                                 f"{exercise.run_s:.0f} s of runs)")
     return said
 
@@ -193,7 +186,7 @@ def main() -> int:
                   f"({s.words:4d} w, {s.code_lines:4d} L, {s.run_s:5.0f} s)  {s.title[:50]}")
             for e in s.exercises:
                 print(f"{'':7s}exercise {e.number}: {e.tier or '?':8s} {e.minutes:3d}/"
-                      f"{e.floor():3d} min ({e.words} w, {e.written_lines} L, {e.run_s:.0f} s)")
+                      f"{e.floor():3d} min ({e.words} w, {e.code_lines} L, {e.run_s:.0f} s)")
     said = problems(found)
     print("\n".join(said) or "every section and exercise has its tier and enough minutes")
     return 1 if said else 0
