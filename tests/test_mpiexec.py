@@ -19,7 +19,7 @@ from test_launch import _launch_in_child, _wait_for_workers, stop_kernel_with_si
 from ddp_lib import LaunchTimeout, RankFailed, launch
 
 RANKS = """
-    import os, sys, time
+    import os, signal, sys, time
     from pathlib import Path
     import torch
     import torch.distributed as dist
@@ -49,7 +49,7 @@ RANKS = """
     dist.all_reduce(total)  # rank 0 waits here for a rank 1 that failed
     time.sleep(0.2)  # torch 2.4-2.7 can hang in destroy: pytorch/pytorch#154976
     dist.destroy_process_group()
-""".replace("import os, sys, time", "import os, signal, sys, time")
+"""
 
 
 def test_an_mpiexec_launch_labels_each_rank_and_collects_metrics(make_script, workdir, capsys):

@@ -31,8 +31,8 @@ TIMEOUT_S = 180
 JOB = """
 import os
 import socket
-
 import time
+
 import torch
 import torch.distributed as dist
 
@@ -57,8 +57,8 @@ MPI_JOB = """
 import os
 import socket
 import sys
-
 import time
+
 import torch
 import torch.distributed as dist
 

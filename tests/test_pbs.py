@@ -43,6 +43,7 @@ JOB_TIMEOUT_S = 180
 JOB = """
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist

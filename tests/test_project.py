@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
 import subprocess
 import sys
+import textwrap
 import tomllib
 from fnmatch import fnmatch
 from pathlib import Path
@@ -165,3 +167,38 @@ def test_ddp_lib_has_no_import_circle():
     circles = [circle for module in sorted(modules)
                if (circle := circle_from(module, (module,))) and module != "ddp_lib"]
     assert not circles, " -> ".join(circles[0])
+
+
+def scripts_the_tests_write() -> list[tuple[str, str]]:
+    """Every multi-line string constant in tests/ and benchmarks/ that parses as a Python program
+    with imports: the workers the tests launch. Named ``file:line``."""
+    found = []
+    for path in sorted([*(ROOT / "tests").glob("*.py"), *(ROOT / "benchmarks").glob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            text = node.value if isinstance(node, ast.Constant) else None
+            if not isinstance(text, str) or "\n" not in text or "import " not in text:
+                continue
+            text = textwrap.dedent(text)
+            try:
+                ast.parse(text)
+            except SyntaxError:
+                continue
+            found.append((f"{path.relative_to(ROOT)}:{node.lineno}", text))
+    return found
+
+
+def test_the_scripts_the_tests_launch_name_nothing_undefined(tmp_path):
+    """A worker script lives in a string, out of the linter's sight; a name it forgot to import
+    fails only when a sweep launches it (an ``import time`` missed once cost a whole CI run)."""
+    scripts = scripts_the_tests_write()
+    assert len(scripts) > 30, "the scan found too few scripts to be looking in the right place"
+    for index, (_, text) in enumerate(scripts):
+        (tmp_path / f"script_{index}.py").write_text(text)
+    ruff = Path(sys.executable).with_name("ruff")
+    checked = subprocess.run([str(ruff), "check", "--isolated", "--no-cache", "--select", "F821",
+                              "--output-format", "concise", str(tmp_path)],
+                             capture_output=True, text=True)
+    named = checked.stdout
+    for index, (where, _) in enumerate(scripts):
+        named = named.replace(str(tmp_path / f"script_{index}.py"), where)
+    assert checked.returncode == 0, named

@@ -54,8 +54,8 @@ LESSON_10 = Path(__file__).resolve().parents[1] / "notebooks" / "10_hpc_launcher
 JOB = """
 import os
 import socket
-
 import time
+
 import torch
 import torch.distributed as dist
 
