@@ -38,7 +38,7 @@ LEARNER_PINS := grep -vE "^(\#|($$(echo $(NOT_FOR_LEARNERS) | tr ' ' '|'))==)" r
 help:
 	@echo "make setup   create the shared packages' environment ($(VENV)) and this clone's .venv"
 	@echo "make lab     open the course in JupyterLab"
-	@echo "make lab-exercises   build the learners' edition and open it in JupyterLab"
+	@echo "make lab-exercises [TRACK=one-day]   build the learners' edition and open it in JupyterLab"
 	@echo "make run     execute every notebook headless into build/ (notebooks and HTML pages)"
 	@echo "make test    lint, unit tests, every notebook once: a representative set in JupyterLab, the rest through nbval"
 	@echo "make test-browser  the long sweep: every other notebook in JupyterLab, repeated launches"
@@ -46,6 +46,7 @@ help:
 	@echo "make compat TORCH=2.4.1   notebooks and launch tests with another torch (docs/compatibility.md)"
 	@echo "make wheelhouse [PY=3.12 PLATFORM=x86_64]   wheels for an offline node (build/wheelhouse/)"
 	@echo "make exercises  the learners' edition, solutions replaced by stubs, in build/exercises/"
+	@echo "make exercises TRACK=one-day   a track's edition (one-day, two-day, hpc): what the track teaches, the rest in an appendix Run All skips"
 	@echo "make take-home  every lesson's scripts, course_helpers.py and job files in build/take-home/ (torch alone runs them)"
 	@echo "make schedule   regenerate docs/schedule.md (the instructor's plan) from the notebooks"
 	@echo "make clean   remove build/, written scripts and run logs (keeps data/ and the environment)"
@@ -110,7 +111,7 @@ endif
 
 # Containers often run as root, which Jupyter refuses without --allow-root. LAB_ARGS adds more,
 # e.g. make lab LAB_ARGS="--no-browser --port 8889". EDITION=exercises (or make lab-exercises)
-# serves the learners' edition, built first. JupyterLab neither fetches news nor checks for
+# serves the learners' edition, built first (with TRACK=one-day, that track's). JupyterLab neither fetches news nor checks for
 # updates: its "get notified about official Jupyter news?" toast would cover every lesson, and a
 # workshop room's network may not reach the feed. The setting is written into the environment's
 # own settings folder, which the learner's settings still override.
@@ -121,7 +122,7 @@ lab: setup $(if $(filter exercises,$(EDITION)),exercises)
 	@case "$(EDITION)" in course|exercises) ;; *) echo "EDITION is course or exercises"; exit 2;; esac
 	mkdir -p "$(dir $(LAB_SETTINGS))"
 	cp workshop/lab-settings.json "$(LAB_SETTINGS)"
-	cd $(if $(filter exercises,$(EDITION)),build/exercises/notebooks,notebooks) && \
+	cd $(if $(filter exercises,$(EDITION)),$(EXERCISES)/notebooks,notebooks) && \
 		"$(BIN)/jupyter" lab --LabApp.news_url=None \
 		--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
 		$(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
@@ -161,10 +162,12 @@ browser:
 # Tests use the generated data set at the small size: deterministic on any machine, no network.
 # make test is what a contributor waits on (9 minutes on 2 cores): lint, the unit tests, the real
 # launches, and lesson 03 and the stop button in JupyterLab (tests/e2e says why those). CI then
-# runs test-browser, the long sweep: every other notebook in JupyterLab, the learners' edition
-# under nbval (its stubs are `pass`, so this checks that no later cell depends on what a solution
-# computed), the tests marked `sweep` (20 launches in a row, Slurm, two-node variants), and the
-# take-home folder's tests on the oldest supported torch (make compat, below: its own environment).
+# runs test-browser, the long sweep: every other notebook in JupyterLab, the one-day track's
+# edition Run All in JupyterLab (its time per lesson goes to build/one-day-run-all.json), an
+# exercise done in the learners' edition, the tests marked `sweep` (20 launches in a row, Slurm,
+# two-node variants), and the take-home folder's tests on the oldest supported torch (make compat,
+# below: its own environment). The full learners' edition is not run again: its lessons' cells are
+# the course's, every solution comes after them (tests/test_notebooks.py), and its stubs do nothing.
 # make test LESSONS=notebooks/05_ddp.ipynb adds lessons, under nbval.
 LESSONS ?=
 test test-browser: export DDP_WORKSHOP_DATASET ?= synthetic
@@ -174,16 +177,18 @@ test: lint browser
 		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600 --durations=15 \
 		-n 2 --dist loadfile
 
-test-browser: browser exercises
+test-browser: browser
 	"$(BIN)/python" -m pytest tests -m sweep --durations=15
-	"$(BIN)/python" -m pytest build/exercises/notebooks/*.ipynb --nbval-lax \
-		--nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600
 	$(MAKE) --no-print-directory compat TORCH=$$($(PYTHON) workshop/compat.py oldest) \
 		COMPAT_TESTS=tests/test_take_home.py
 
+# TRACK names a track of docs/schedule.md: its edition, in build/exercises-TRACK/, keeps what the
+# track teaches and moves the rest of each lesson to an appendix whose cells Run All skips.
+TRACK ?=
+EXERCISES := build/exercises$(if $(TRACK),-$(TRACK))
 exercises: setup
-	rm -rf build/exercises
-	"$(BIN)/python" -m workshop.exercises build/exercises
+	rm -rf $(EXERCISES)
+	"$(BIN)/python" -m workshop.exercises $(EXERCISES) $(if $(TRACK),--track $(TRACK))
 
 # The folder a learner takes home: it runs with torch and torchvision only (tests/test_take_home.py).
 take-home: setup

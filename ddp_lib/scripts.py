@@ -53,12 +53,13 @@ def normalised(source: str) -> str:
 def from_notebook(notebook: str | os.PathLike, name: str, *,
                   directory: str | os.PathLike = SCRIPTS_DIR, quiet: bool = False) -> Path:
     """Write the script that ``notebook`` writes with ``%%write_script name``, from its cell: a
-    later lesson that builds on it cannot drift from it, even if that notebook was not run here."""
+    later lesson that builds on it cannot drift from it, even if that notebook was not run here.
+    A raw cell counts too: a track's edition keeps what the track skips as raw cells."""
     import nbformat  # Jupyter's; a script written from a notebook has Jupyter there
 
     for cell in nbformat.read(notebook, as_version=4).cells:
         first, _, body = cell.source.partition("\n")
-        if cell.cell_type == "code" and first.split() == ["%%write_script", name]:
+        if cell.cell_type in ("code", "raw") and first.split() == ["%%write_script", name]:
             return write_script(name, body, directory=directory, quiet=quiet)
     raise LookupError(f"{notebook} has no '%%write_script {name}' cell")
 

@@ -109,6 +109,23 @@ def test_every_solution_cell_follows_an_exercise(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_lesson_code_runs_after_a_solution(path):
+    """The solutions come last: after a lesson's first solution, every code cell is a solution.
+
+    So the learners' edition, where each solution is a stub that does nothing, runs the lesson's
+    own cells exactly as the course does, and nothing in the lesson can depend on what a solution
+    computed. The course's own run (nbval, JupyterLab) then covers the edition too, which is why
+    CI does not run the edition's twelve lessons a second time.
+    """
+    solved = False
+    for i, cell in enumerate(cells(path)):
+        is_solution = SOLUTION in cell.get("metadata", {}).get("tags", [])
+        solved = solved or is_solution
+        assert not (solved and cell["cell_type"] == "code" and not is_solution), (
+            f"{path.name} cell {i}: lesson code after a solution; move it above the exercises")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_solution_cells_are_collapsed(path):
     for cell in cells(path):
         if "solution" in cell.get("metadata", {}).get("tags", []):

@@ -95,6 +95,13 @@ def test_from_notebook_writes_the_cell_of_another_lesson(workdir):
         scripts.from_notebook(workdir / "lesson.ipynb", "b.py")
 
 
+def test_from_notebook_reads_a_script_a_tracks_edition_made_raw(workdir):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_raw_cell("%%write_script a.py\nx = 2\n")])
+    nbformat.write(nb, workdir / "lesson.ipynb")
+    assert scripts.from_notebook(workdir / "lesson.ipynb", "a.py", quiet=True).read_text() == \
+        "x = 2\n"
+
+
 def test_diff_is_a_unified_diff_of_the_files(workdir):
     old = write_script("old.py", "a = 1\nb = 2\n", quiet=True)
     new = write_script("new.py", "a = 1\nb = 3\n", quiet=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import copy
 import dataclasses
 from pathlib import Path
@@ -194,3 +195,90 @@ def test_the_learners_edition_folds_the_instructors_notes(built):
             hidden = theirs.metadata.get("jupyter", {}).get("source_hidden", False)
             was_hidden = ours.metadata.get("jupyter", {}).get("source_hidden", False)
             assert hidden == (instructor or was_hidden), (name, ours.source[:60])
+
+
+@pytest.fixture(scope="module", params=[t.name for t in schedule.TRACKS])
+def track_edition(request, tmp_path_factory) -> tuple[schedule.Track, dict[str, dict]]:
+    """A track and its edition, lesson name -> notebook."""
+    track = next(t for t in schedule.TRACKS if t.name == request.param)
+    dest = tmp_path_factory.mktemp(track.name)
+    exercises.build(dest, track=track)
+    return track, {path.name: nbformat.read(dest / "notebooks" / path.name, as_version=4)
+                   for path in NOTEBOOKS}
+
+
+def appendix_start(notebook: dict) -> int:
+    heads = [i for i, cell in enumerate(notebook.cells)
+             if cell.cell_type == "markdown" and cell.source.startswith("## Appendix")]
+    assert len(heads) <= 1
+    return heads[0] if heads else len(notebook.cells)
+
+
+def test_a_tracks_edition_keeps_its_sections_in_order_and_appends_the_rest(track_edition):
+    """Before the appendix: the sections the schedule gives the track, in the lesson's order,
+    instructor notes folded; after it: everything else, nothing runnable, nothing lost."""
+    track, notebooks = track_edition
+    chosen = schedule.slots(track, schedule.lessons())
+    for path in NOTEBOOKS:
+        course = exercises.edition(nbformat.read(path, as_version=4))
+        ours = notebooks[path.name]
+        split = appendix_start(ours)
+        day, rest = ours.cells[:split], ours.cells[split + 1:]
+        headings = [c.source.split("\n", 1)[0] for c in day if c.cell_type == "markdown"
+                    and sections.HEADING.fullmatch(c.source.split("\n", 1)[0])]
+        expected = [f"## {s.section.title}" for s in chosen if s.lesson.number == path.name[:2]]
+        notes = [h for h in headings if h not in expected]
+        assert [h for h in headings if h in expected] == expected, path.name
+        assert all(h == "## Notes" for h in notes), (path.name, notes)
+        assert all(c.cell_type != "code" for c in rest), "Run All runs nothing of the appendix"
+        done = {e.number for s in chosen if s.lesson.number == path.name[:2] for e in s.exercises}
+        kept = {int(m[1]) for c in day if c.cell_type == "markdown"
+                and (m := sections.EXERCISE.match(c.source))}
+        assert kept == done, (path.name, kept, done)
+        # Every cell of the lesson is there once: in the day as it was, or in the appendix.
+        appendix_text = "\n".join(c.source for c in rest)
+        day_sources = [c.source for c in day]
+        for cell in course.cells:
+            assert cell.source in day_sources or cell.source.split("\n", 1)[-1] in appendix_text, (
+                path.name, cell.source[:80])
+
+
+def test_what_a_track_runs_needs_nothing_from_its_appendix(track_edition):
+    """No cell Run All runs uses a name that only the appendix's cells define: a core section
+    that leans on an optional one would fail in the track's edition."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    python = TransformerManager().transform_cell  # %magics and !commands as Python calls
+
+    def defined_and_used(text: str) -> tuple[set[str], set[str]]:
+        defined, used = set(), set()
+        for node in ast.walk(ast.parse(python(text))):
+            if isinstance(node, ast.Name):
+                (used if isinstance(node.ctx, ast.Load) else defined).add(node.id)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defined.add(node.name)
+            elif isinstance(node, ast.arg):
+                defined.add(node.arg)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                defined |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        return defined, used
+
+    track, notebooks = track_edition
+    for name, notebook in notebooks.items():
+        split = appendix_start(notebook)
+        ran: set[str] = set()
+        needs: list[tuple[int, set[str]]] = []
+        for index, cell in enumerate(notebook.cells[:split]):
+            if cell.cell_type == "code":
+                defined, used = defined_and_used(cell.source)
+                needs.append((index, used - ran - defined))
+                ran |= defined
+        only_appendix = set()
+        for cell in notebook.cells[split:]:
+            with contextlib.suppress(SyntaxError):
+                only_appendix |= defined_and_used(cell.source)[0]
+        only_appendix -= ran
+        for index, missing in needs:
+            assert not missing & only_appendix, (
+                f"{track.name} edition of {name}, cell {index} uses "
+                f"{sorted(missing & only_appendix)}, defined only in the appendix")

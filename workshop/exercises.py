@@ -8,7 +8,14 @@ before solving anything. Every other cell is copied unchanged, and the
 notebooks keep their folder name, so that relative paths (``scripts/``, another lesson's
 notebook) and ``ddp_lib`` on ``PYTHONPATH`` resolve as they do in the course itself.
 
-``python -m workshop.exercises [DEST]`` writes DEST/notebooks/ (default build/exercises).
+A **track's edition** (``--track one-day``, a track of ``workshop.schedule``) keeps, in each
+notebook, the sections and exercises the track teaches, in order, and moves the rest to an
+appendix at the notebook's end, their code cells made raw cells: Run All runs what the day
+teaches and nothing else, and the rest is still there to read, or to run one cell at a time
+(a raw cell becomes code with the Y key).
+
+``python -m workshop.exercises [DEST] [--track NAME]`` writes DEST/notebooks/ (default
+build/exercises, or build/exercises-NAME for a track).
 """
 
 from __future__ import annotations
@@ -17,11 +24,12 @@ import argparse
 import copy
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 
-from workshop import sections
+from workshop import schedule, sections
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = "solution"
@@ -94,24 +102,117 @@ def edition(notebook: dict) -> dict:
     return learners
 
 
-def build(dest: Path, notebooks: Path = ROOT / "notebooks") -> list[Path]:
-    """Write the edition of every lesson into dest/notebooks/; returns the files written."""
+@dataclass(frozen=True)
+class Taught:
+    """What a track teaches of one lesson: its sections (by heading cell) and exercises."""
+
+    track: schedule.Track
+    sections: frozenset[int]
+    exercises: frozenset[int]
+    minutes: int
+
+
+def taught_by(track: schedule.Track, folder: Path = ROOT / "notebooks") -> dict[str, Taught]:
+    """Lesson number -> what the track teaches of it (a lesson it skips maps to nothing taught)."""
+    all_lessons = schedule.lessons(folder)
+    chosen = schedule.slots(track, all_lessons)
+    return {lesson.number: Taught(
+        track,
+        frozenset(s.section.cell for s in chosen if s.lesson is lesson),
+        frozenset(e.number for s in chosen if s.lesson is lesson for e in s.exercises),
+        sum(s.minutes for s in chosen if s.lesson is lesson)) for lesson in all_lessons}
+
+
+def parts(notebook: dict) -> list[tuple[str, int, dict]]:
+    """Each cell's part, as ``workshop.sections`` reads them: ("intro", 0, {}) before the first
+    section, ("section", heading cell, metadata), or ("exercise", number, metadata)."""
+    found = []
+    part: tuple[str, int, dict] = ("intro", 0, {})
+    for index, cell in enumerate(notebook["cells"]):
+        text = source(cell)
+        meta = cell.get("metadata", {}).get(sections.KEY, {})
+        if cell["cell_type"] == "markdown" and sections.HEADING.fullmatch(text.split("\n", 1)[0]):
+            part = ("section", index, meta)
+        elif cell["cell_type"] == "markdown" and sections.EXERCISE.match(text) \
+                and part[0] != "intro":
+            part = ("exercise", int(sections.EXERCISE.match(text)[1]), meta)
+        found.append(part)
+    return found
+
+
+def follow(notebook: dict, taught: Taught) -> dict:
+    """The notebook with what the track does not teach moved to an appendix at its end.
+
+    Instructor notes stay where they are (folded). In the appendix a section's heading becomes a
+    ``###`` heading that names its tier and minutes, and every code cell becomes a raw cell.
+    """
+    kept, appendix, left_out = [], [], []
+    for cell, (kind, key, meta) in zip(notebook["cells"], parts(notebook), strict=True):
+        if kind == "intro" or meta.get("tier") == "instructor" or \
+                (kind == "section" and key in taught.sections) or \
+                (kind == "exercise" and key in taught.exercises):
+            kept.append(cell)
+            continue
+        cell = copy.deepcopy(cell)
+        text = source(cell)
+        heading = sections.HEADING.fullmatch(text.split("\n", 1)[0])
+        label = f"{meta.get('tier', '')}, {meta.get('minutes', '?')} min"
+        if heading and cell["cell_type"] == "markdown":
+            left_out.append(f"{heading[1]} ({label})")
+            cell["source"] = f"### {heading[1]} · {label}" + text[len(heading[0]):]
+        elif kind == "exercise" and cell["cell_type"] == "markdown" and \
+                sections.EXERCISE.match(text):
+            left_out.append(f"exercise {key} ({label})")
+            appendix.append(nbformat.v4.new_markdown_cell(f"### Exercise {key} · {label}"))
+        if cell["cell_type"] == "code":
+            cell = nbformat.v4.new_raw_cell(text, metadata=cell.get("metadata", {}))
+        appendix.append(cell)
+    title = taught.track.title.lower()
+    note = nbformat.v4.new_markdown_cell(
+        f"> **The {title} track's edition.** This notebook holds what the {title} track "
+        f"teaches of the lesson ({taught.minutes} min with its exercises). The rest of it is in "
+        "the appendix at the end, where Run All does not run it.")
+    if not appendix:
+        return {**notebook, "cells": [kept[0], note, *kept[1:]]}
+    listed = "\n".join(f"- {name}" for name in left_out)
+    head = nbformat.v4.new_markdown_cell(
+        f"## Appendix: not in the {title} track\n\n"
+        f"The rest of the lesson, for after the day:\n\n{listed}\n\n"
+        "Its code cells are *raw* cells, so that Run All skips them. To run one, select it and "
+        "press **Y** (it becomes a code cell), then run it; it needs the appendix's cells above "
+        "it, run in order. The whole lesson, every cell runnable, is the full learners' edition "
+        "(`make exercises`).")
+    return {**notebook, "cells": [kept[0], note, *kept[1:], head, *appendix]}
+
+
+def build(dest: Path, notebooks: Path = ROOT / "notebooks",
+          track: schedule.Track | None = None) -> list[Path]:
+    """Write the edition of every lesson into dest/notebooks/, the track's when one is given;
+    returns the files written."""
     out = dest / "notebooks"
     out.mkdir(parents=True, exist_ok=True)
+    plan = taught_by(track, notebooks) if track else {}
     written = []
     for path in sorted(notebooks.glob("[0-9][0-9]_*.ipynb")):
         target = out / path.name
-        nbformat.write(edition(nbformat.read(path, as_version=4)), target)
+        learners = edition(nbformat.read(path, as_version=4))
+        if track:
+            learners = nbformat.from_dict(follow(learners, plan[path.name[:2]]))
+        nbformat.write(learners, target)
         written.append(target)
     return written
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("dest", nargs="?", type=Path, default=ROOT / "build" / "exercises")
+    parser.add_argument("dest", nargs="?", type=Path)
+    parser.add_argument("--track", choices=[t.name for t in schedule.TRACKS],
+                        help="keep what this track teaches; the rest goes to an appendix")
     args = parser.parse_args(argv)
-    written = build(args.dest)
-    print(f"wrote {len(written)} notebooks to {args.dest / 'notebooks'}")
+    track = next((t for t in schedule.TRACKS if t.name == args.track), None)
+    dest = args.dest or ROOT / "build" / (f"exercises-{track.name}" if track else "exercises")
+    written = build(dest, track=track)
+    print(f"wrote {len(written)} notebooks to {dest / 'notebooks'}")
     return 0
 
 
