@@ -52,9 +52,8 @@ def normalised(source: str) -> str:
 
 def from_notebook(notebook: str | os.PathLike, name: str, *,
                   directory: str | os.PathLike = SCRIPTS_DIR, quiet: bool = False) -> Path:
-    """Write the script that ``notebook`` writes with ``%%write_script name``, from its cell: a
-    later lesson that builds on it cannot drift from it, even if that notebook was not run here.
-    A raw cell counts too: a track's edition keeps what the track skips as raw cells."""
+    """Write the script that ``notebook`` writes with ``%%write_script name``, from its cell (code,
+    or raw in a track's edition): a later lesson that builds on it cannot drift from it."""
     import nbformat  # Jupyter's; a script written from a notebook has Jupyter there
 
     for cell in nbformat.read(notebook, as_version=4).cells:

@@ -20,7 +20,7 @@ from torch.distributed.elastic.multiprocessing.errors import (
 )
 
 from ddp_lib import LaunchError, LaunchTimeout, RankFailed, launch, launch_nodes
-from ddp_lib.launching import messages, records, torchrun
+from ddp_lib.launching import messages, output, records, torchrun
 from ddp_lib.launching.result import LaunchResult, Line
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,12 +119,38 @@ def test_the_printed_command_pasted_in_a_terminal_gives_the_same_run(make_script
         assert result.metric("sum", rank=rank) == [(rank, 3.0)]
 
 
-def test_failing_rank_ends_launch_promptly_and_is_named(make_script):
+@pytest.fixture
+def notebook_bars(monkeypatch) -> list:
+    """The progress bars launches draw, as in JupyterLab: tqdm.notebook's widgets."""
+    from tqdm.notebook import tqdm
+
+    drawn = []
+    original = output._progress_bar
+
+    def widget_bar(script):
+        with monkeypatch.context() as patch:
+            patch.setattr("tqdm.auto.tqdm", tqdm)
+            drawn.append(original(script))
+        return drawn[-1]
+
+    monkeypatch.setattr(output, "_progress_bar", widget_bar)
+    return drawn
+
+
+def bar_shown(bar) -> tuple[str, str]:
+    """(style, text) of a tqdm.notebook bar: "danger" is red, "success" green."""
+    _, progress, text = bar.container.children
+    return progress.bar_style, text.value.replace("\u2007", " ")  # tqdm's fixed-width spaces
+
+
+def test_failing_rank_ends_launch_promptly_and_is_named(make_script, notebook_bars):
     script = make_script("fails.py", RANK1_FAILS)
     start = time.monotonic()
     with pytest.raises(RankFailed) as info:
         launch(script, args=["raise"], nproc_per_node=2, timeout=120, stream=False)
     elapsed = time.monotonic() - start
+    style, text = bar_shown(notebook_bars[-1])
+    assert style == "danger" and "rank 1 failed: ValueError: rank one gives up" in text, text
     err = info.value
     assert err.rank == 1 and err.exitcode == 1
     assert "Rank 1 exited with code 1" in str(err)
@@ -302,11 +328,13 @@ def test_check_false_returns_the_failed_result(make_script):
     assert result.output(0) == "bye"
 
 
-def test_timeout_stops_everything(make_script, workdir):
+def test_timeout_stops_everything(make_script, workdir, notebook_bars):
     script = make_script("sleeper.py", SLEEPER)
     start = time.monotonic()
     with pytest.raises(LaunchTimeout) as info:
         launch(script, args=[workdir], nproc_per_node=2, timeout=12, stream=False)
+    assert bar_shown(notebook_bars[-1])[0] == "danger"
+    assert "timed out: every process stopped" in bar_shown(notebook_bars[-1])[1]
     assert time.monotonic() - start < 12 + 20
     assert "did not finish within timeout=12 s" in str(info.value)
     assert "started" in str(info.value)  # the last lines of each rank are shown
@@ -543,10 +571,11 @@ def test_missing_script_is_refused(workdir):
         launch(workdir / "nope.py", nproc_per_node=1)
 
 
-def test_launch_nodes_labels_every_rank_with_its_node(make_script):
+def test_launch_nodes_labels_every_rank_with_its_node(make_script, notebook_bars):
     # Lesson 06 checks that both nodes' ranks are shown.
     script = make_script("nodes.py", "import os; print('from rank', os.environ['RANK'])\n")
     result = launch_nodes(script, nnodes=2, nproc_per_node=1, stream=False, timeout=120)
+    assert bar_shown(notebook_bars[-1])[0] == "success", "a launch that ended well: green"
     ranks_by_node = {(line.node, line.rank) for line in result.lines
                      if line.text.startswith("from rank")}
     assert {rank for _, rank in ranks_by_node} == {0, 1}

@@ -1,12 +1,10 @@
 """Job files for real clusters, all built from one ``torchrun`` command.
 
-On a cluster nobody calls ``ddp_lib.launch``: a scheduler starts one ``torchrun`` agent per
-machine, and the agents meet at a rendezvous endpoint (``host:port`` of one of the machines). With
-the ``c10d`` rendezvous the command is the same on every machine, so the files differ only in how
-they name the first machine: Slurm's and PBS's batch scripts read it into ``$HEAD_NODE``
-(``batch``), Kubernetes puts it in ``$(MASTER_ADDR)`` (``kubernetes``), and over SSH it is the
-first host listed (``commands``). A PBS script can also leave torchrun out, as HPC centres' courses
-do: ``mpiexec`` starts every process. These functions write files; they run nothing.
+A scheduler starts one ``torchrun`` agent per machine, and the agents meet at a rendezvous
+endpoint. With ``c10d`` the command is the same on every machine; the files differ in how they
+name the first machine: ``$HEAD_NODE`` in Slurm's and PBS's scripts (``batch``), ``$(MASTER_ADDR)``
+in Kubernetes (``kubernetes``), the first host over SSH (``commands``). A PBS script can also
+leave torchrun out: ``mpiexec`` starts every process. These functions write files; they run nothing.
 """
 
 from ddp_lib.cluster.batch import pbs_script, slurm_script

@@ -147,8 +147,7 @@ def pbs_script(
     With ``mpi`` named (``"mpich"``, Hydra; ``"pals"``, HPE Cray), the mpiexec form also pins
     each process to ``cpus_per_node / nproc_per_node`` cores and, on a GPU machine, to its local
     rank's GPU through ``CUDA_VISIBLE_DEVICES`` (the script then trains on ``cuda:0``). Without
-    ``port``, the port comes from the job's number, so two jobs on one machine differ. Only a real
-    PBS server checks what is site-specific: queue, account, ``ngpus``, ``filesystems`` (ALCF's).
+    ``port``, the port comes from the job's number, so two jobs on one machine differ.
 
     Args:
         script: the training script, relative to ``workdir`` (a folder all nodes see).

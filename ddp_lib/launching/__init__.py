@@ -9,8 +9,7 @@ One launch, in the order it happens:
   failed node, a dying kernel); ``output``: what the cell shows meanwhile;
 * ``torchrun_main``: torchrun's own ``main``, keeping its failures as data; ``worker_site``: what
   every rank runs first (stacks on SIGUSR1, its uncaught exception to a file); nothing else;
-* ``records``, ``stacks``, ``metrics``: what the run left (failures, stacks of hung ranks,
-  reported numbers), each read once into ``result.LaunchResult``, and ``messages``: the error a
-  failed launch raises, naming the rank, the cause and the line;
-* ``faults``: a rank killed on purpose, for the lessons on failures.
+* ``records``, ``stacks``, ``metrics``: what the run left, each read once into
+  ``result.LaunchResult``; ``messages``: the error a failed launch raises, naming the rank, the
+  cause and the line; ``faults``: a rank killed on purpose, for the lessons on failures.
 """

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from ddp_lib import hardware
-from ddp_lib.launching import messages, metrics, records, stacks, supervise, torchrun
+from ddp_lib.launching import messages, metrics, output, records, stacks, supervise, torchrun
 from ddp_lib.launching.result import LaunchError, LaunchResult, LaunchTimeout, RankFailed, digest
 from ddp_lib.launching.supervise import Agent
 
@@ -104,7 +104,6 @@ def launch_nodes(script: str | os.PathLike, *, nnodes: int = 2,
     total = nproc_per_node * nnodes if isinstance(nproc_per_node, int) else nproc_per_node
     plan = _check_arguments(script, total, 1, None, backend, timeout, max_restarts, env)
     run_dir, metrics_file = _prepare_run_dir(script, run_dir)
-
     endpoint = f"127.0.0.1:{free_ports()[0]}"
     base_env = _child_env(env, plan, metrics_file, max_restarts)
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
@@ -198,6 +197,9 @@ def _run(script: Path, agents: list[Agent], run_dir: Path, metrics_file: Path, t
         if complaint:
             raise LaunchError(messages.refusal_message(result, complaint), result)
         rank, exitcode = messages.root_cause(result)
+        if outcome.failed_bar is not None and rank is not None:
+            said = messages.last_error(result, rank)[:60] or f"exit code {exitcode}"
+            output.mark_failed(outcome.failed_bar, f"rank {rank} failed: {said}")
         raise RankFailed(messages.failure_message(result, rank, exitcode), result, rank, exitcode)
     return result
 

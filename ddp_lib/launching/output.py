@@ -136,13 +136,26 @@ class Echo:
         return (f"\n({self.hidden} line{'s' if self.hidden > 1 else ''} of the launcher's and "
                 f"faulthandler's reports not shown: the whole output is in {self.log_path})")
 
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
+    def close(self, failure: str | None = None) -> object | None:
+        """Close the log and the bar. A failed launch's bar is returned, red, saying ``failure``
+        (tqdm.notebook would turn a bar without a total green). Else: ``None``."""
+        bar, self.bar = self.bar, None
         if self.log:
             self.log.close()
             self.log = None
+        if bar is not None:
+            bar.close()
+            if failure:
+                mark_failed(bar, failure)
+                return bar
+        return None
+
+
+def mark_failed(bar, text: str) -> None:
+    """Show ``text`` on a closed progress bar, red where it is a notebook widget."""
+    bar.set_postfix_str(text, refresh=False)
+    if hasattr(bar, "disp"):  # tqdm.notebook's (a terminal's bar has no colour); closed or not
+        bar.disp(bar_style="danger", check_delay=False)
 
 
 def _progress_bar(script: Path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import traceback
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,8 +37,6 @@ class ShortTraceback:
         shell = get_ipython()
         tb = _without_library_frames(self.__traceback__)
         if shell is None:
-            import traceback
-
             return traceback.format_exception(type(self), self, tb)
         return shell.InteractiveTB.structured_traceback(type(self), self, tb)
 
@@ -77,6 +76,11 @@ class LaunchTimeout(LaunchError):
 
 class LaunchInterrupted(ShortTraceback, KeyboardInterrupt):
     """The cell was interrupted during a launch; every process of it was stopped first."""
+
+    def _render_traceback_(self) -> list[str]:
+        """The message first: whoever pressed stop reads what stopped, then the cell's frames."""
+        shown = super()._render_traceback_()
+        return shown[-1:] + shown[:-1]
 
 
 class StaleResult(ShortTraceback, RuntimeError):

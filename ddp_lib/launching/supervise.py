@@ -38,6 +38,7 @@ class Outcome:
     timed_out: bool = False
     wall_time: float = 0.0
     stacks: dict[int, str] = field(default_factory=dict)  # rank -> its threads' stacks
+    failed_bar: object = None  # the red progress bar of a failed launch, to name the rank on
 
 
 @dataclass
@@ -79,6 +80,7 @@ def run(agents: list[Agent], *, timeout: float, stream: bool, script: Path,
     echo = Echo(stream, len(agents) > 1, script, timeout, log)
     launcher = agents[0].name
     workers = "workers" if launcher == "torchrun" else "ranks"
+    failure: str | None = "stopped"  # what the progress bar says when it closes
     start = time.monotonic()
     try:
         for node, agent in enumerate(agents):
@@ -98,6 +100,9 @@ def run(agents: list[Agent], *, timeout: float, stream: bool, script: Path,
             # Every agent had exited: the run is complete, only its last lines are in flight.
             _relay(agents, procs, watchers, lines, outcome, echo, start, timeout, stacks_dir)
             echo.note(f"The interrupt came after {script.name} had finished: its result is kept.")
+        outcome.returncode = next((proc.returncode for proc in procs if proc.returncode), 0)
+        failure = ("timed out: every process stopped" if outcome.timed_out else
+                   f"failed (exit code {outcome.returncode})" if outcome.returncode else None)
     except KeyboardInterrupt:
         echo.stopping()
         dumps = _ask_for_stacks(watchers, stacks_dir)
@@ -115,10 +120,8 @@ def run(agents: list[Agent], *, timeout: float, stream: bool, script: Path,
     finally:
         for watcher in watchers:
             watcher.kill_leftovers()
-        echo.close()
+        outcome.failed_bar = echo.close(failure)
     outcome.wall_time = time.monotonic() - start
-    codes = [proc.returncode for proc in procs]
-    outcome.returncode = next((code for code in codes if code != 0), 0)
     if echo.hidden:
         echo.note(echo.kept().strip())
     return outcome

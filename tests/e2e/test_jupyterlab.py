@@ -24,6 +24,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -351,6 +352,17 @@ def test_stop_button_stops_a_running_launch(browser, lab):
         page.wait_for_timeout(500)
         text = page.locator(".jp-Notebook").inner_text()
         assert "interrupted: torchrun and all its workers were stopped" in text
+        first = page.evaluate("""() => {
+            const cells = window.jupyterapp.shell.currentWidget.content.widgets;
+            const outputs = cells[cells.length - 1].model.outputs;
+            for (let i = 0; i < outputs.length; i++) {
+                const out = outputs.get(i).toJSON();
+                if (out.output_type === 'error') return out.traceback[0];
+            }
+            return '';
+        }""")
+        first = re.sub(r"\x1b\[[0-9;]*m", "", first)
+        assert first.startswith("LaunchInterrupted: Launch of"), f"the stop message first: {first}"
         assert "LaunchInterrupted" in text  # a KeyboardInterrupt
         assert "supervise.py" not in text, "the message comes without ddp_lib's frames"
         assert wait_until_gone(script, within=10) == []
