@@ -1,7 +1,5 @@
-"""Write a lesson's training script from a notebook cell (``%load_ext ddp_lib``, then
-``%%write_script NAME.py``) into a git-ignored ``scripts/`` folder beside the notebooks, for
-``torchrun``: atomically (a running launch never reads half a file), once the text compiles.
-"""
+"""A lesson's training script, written from a notebook cell (``%%write_script NAME.py``) into the
+git-ignored ``scripts/`` folder, for ``torchrun``: atomically, once the text compiles."""
 
 from __future__ import annotations
 
@@ -15,6 +13,7 @@ from types import ModuleType
 from ddp_lib.files import atomic_write_text
 
 SCRIPTS_DIR = Path("scripts")
+COURSE = Path(__file__).resolve().parents[1] / "notebooks"  # the lessons, beside this package
 
 
 def write_script(name: str | os.PathLike, source: str, *,
@@ -35,13 +34,11 @@ def write_script(name: str | os.PathLike, source: str, *,
         path = Path(directory) / path
     text = normalised(source)
     compile(text, str(path), "exec")  # fail here, not in every rank at launch time
-    if path.exists() and path.read_text(encoding="utf-8") == text:
-        if not quiet:
-            print(f"{path} is up to date ({text.count(chr(10))} lines).")
-        return path
-    atomic_write_text(path, text)
+    current = path.exists() and path.read_text(encoding="utf-8") == text
+    if not current:
+        atomic_write_text(path, text)
     if not quiet:
-        print(f"Wrote {path} ({text.count(chr(10))} lines).")
+        print("Kept, up to date:" if current else "Wrote", path, f"({text.count(chr(10))} lines).")
     return path
 
 
@@ -53,9 +50,12 @@ def normalised(source: str) -> str:
 def from_notebook(notebook: str | os.PathLike, name: str, *,
                   directory: str | os.PathLike = SCRIPTS_DIR, quiet: bool = False) -> Path:
     """Write the script that ``notebook`` writes with ``%%write_script name``, from its cell (code,
-    or raw in a track's edition): a later lesson that builds on it cannot drift from it."""
+    or raw in a track's edition): a later lesson cannot drift from it. A lesson named bare is read
+    from the course's own folder: a learner's edit in an edition never reaches a later lesson."""
     import nbformat  # Jupyter's; a script written from a notebook has Jupyter there
 
+    if Path(notebook).name == str(notebook) and (COURSE / notebook).exists():
+        notebook = COURSE / notebook
     for cell in nbformat.read(notebook, as_version=4).cells:
         first, _, body = cell.source.partition("\n")
         if cell.cell_type in ("code", "raw") and first.split() == ["%%write_script", name]:
@@ -73,8 +73,7 @@ def diff(old: str | os.PathLike, new: str | os.PathLike, context: int = 3) -> st
 
 
 def load_module(path: str | os.PathLike) -> ModuleType:
-    """Import a lesson script as a module (its ``main()`` does not run), without ``sys.path`` edits,
-    so that a notebook can check its training with the script's own functions."""
+    """Import a lesson script as a module (its ``main()`` does not run): a notebook's checks."""
     path = Path(path)
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import nbformat
@@ -13,6 +14,7 @@ import course_helpers
 from ddp_lib import measurements, scripts, write_script
 from ddp_lib.files import atomic_write_text
 from ddp_lib.launching import metrics
+from workshop import exercises
 
 
 def test_write_script_dedents_and_reports(workdir, capsys):
@@ -235,3 +237,28 @@ def test_interrupted_atomic_write_keeps_the_old_file(workdir, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         atomic_write_text(target, "new")
     assert target.read_text() == "old" and [p.name for p in workdir.iterdir()] == ["f.txt"]
+
+
+def test_a_learners_edit_of_lesson_05_never_reaches_a_later_lesson(tmp_path, monkeypatch):
+    """In the learners' edition a learner deletes ``sampler.set_epoch`` from 05's script (an
+    exercise asks for it; JupyterLab autosaves). The scripts lessons 06 to 11 build from 05 and
+    01, from the edition's folder as those lessons do, are still the course's."""
+    exercises.build(tmp_path)
+    edition = tmp_path / "notebooks"
+    lesson = nbformat.read(edition / "05_ddp.ipynb", as_version=4)
+    [cell] = [c for c in lesson.cells if c.source.startswith("%%write_script train_ddp.py\n")]
+    assert "sampler.set_epoch(epoch)" in cell.source
+    cell.source = cell.source.replace("sampler.set_epoch(epoch)", "pass  # deleted")
+    nbformat.write(lesson, edition / "05_ddp.ipynb")
+    monkeypatch.chdir(edition)
+    calls = set()
+    for later in sorted(edition.glob("[0-9][0-9]_*.ipynb")):
+        if later.name >= "06":
+            text = "\n".join(c.source for c in nbformat.read(later, as_version=4).cells)
+            calls |= set(re.findall(r'from_notebook\("([^"]+)", "([^"]+)"', text))
+    assert ("05_ddp.ipynb", "train_ddp.py") in calls and len(calls) >= 2, calls
+    for notebook, name in sorted(calls):
+        course = next(c.source for c in nbformat.read(NOTEBOOKS / notebook, as_version=4).cells
+                      if c.source.startswith(f"%%write_script {name}\n"))
+        written = scripts.from_notebook(notebook, name, quiet=True)
+        assert written.read_text() == scripts.normalised(course.split("\n", 1)[1]), name
