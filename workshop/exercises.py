@@ -167,7 +167,7 @@ def follow(notebook: dict, taught: Taught) -> dict:
         if cell["cell_type"] == "code":
             cell = nbformat.v4.new_raw_cell(text, metadata=cell.get("metadata", {}))
         appendix.append(cell)
-    title = taught.track.title.lower()
+    title = f"`{taught.track.name}`"  # as make exercises TRACK=... names it
     note = nbformat.v4.new_markdown_cell(
         f"> **The {title} track's edition.** This notebook holds what the {title} track "
         f"teaches of the lesson ({taught.minutes} min with its exercises). The rest of it is in "
