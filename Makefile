@@ -177,7 +177,7 @@ test: lint browser
 		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600 --durations=15 \
 		-n 2 --dist loadfile
 
-test-browser: browser
+test-browser: setup browser
 	"$(BIN)/python" -m pytest tests -m sweep --durations=15
 	$(MAKE) --no-print-directory compat TORCH=$$($(PYTHON) workshop/compat.py oldest) \
 		COMPAT_TESTS=tests/test_take_home.py
