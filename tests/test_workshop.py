@@ -222,6 +222,11 @@ def test_a_tracks_edition_keeps_its_sections_in_order_and_appends_the_rest(track
     for path in NOTEBOOKS:
         course = exercises.edition(nbformat.read(path, as_version=4))
         ours = notebooks[path.name]
+        nbformat.validate(ours)
+        ids = [cell.id for cell in ours.cells]
+        assert len(set(ids)) == len(ids), f"{path.name}: repeated cell ids"
+        assert set(ids) <= {c.id for c in course.cells} | {"track-edition", "track-appendix"} | {
+            f"{c.id}-title" for c in course.cells}, "ids from the lesson: each build the same"
         split = appendix_start(ours)
         day, rest = ours.cells[:split], ours.cells[split + 1:]
         headings = [c.source.split("\n", 1)[0] for c in day if c.cell_type == "markdown"

@@ -104,12 +104,14 @@ def edition(notebook: dict) -> dict:
 
 @dataclass(frozen=True)
 class Taught:
-    """What a track teaches of one lesson: its sections (by heading cell) and exercises."""
+    """What a track teaches of one lesson: which of its sections (by heading cell) and exercises,
+    and the lesson's parts as ``workshop.sections`` reads them."""
 
     track: schedule.Track
-    sections: frozenset[int]
-    exercises: frozenset[int]
+    section_cells: frozenset[int]
+    exercise_numbers: frozenset[int]
     minutes: int
+    parts: tuple[sections.Section, ...]
 
 
 def taught_by(track: schedule.Track, folder: Path = ROOT / "notebooks") -> dict[str, Taught]:
@@ -120,22 +122,19 @@ def taught_by(track: schedule.Track, folder: Path = ROOT / "notebooks") -> dict[
         track,
         frozenset(s.section.cell for s in chosen if s.lesson is lesson),
         frozenset(e.number for s in chosen if s.lesson is lesson for e in s.exercises),
-        sum(s.minutes for s in chosen if s.lesson is lesson)) for lesson in all_lessons}
+        sum(s.minutes for s in chosen if s.lesson is lesson),
+        lesson.sections) for lesson in all_lessons}
 
 
-def parts(notebook: dict) -> list[tuple[str, int, dict]]:
-    """Each cell's part, as ``workshop.sections`` reads them: ("intro", 0, {}) before the first
-    section, ("section", heading cell, metadata), or ("exercise", number, metadata)."""
-    found = []
+def cell_parts(taught: Taught, count: int) -> list[tuple[str, int, dict]]:
+    """Each of the lesson's ``count`` cells: ("intro", 0, {}) before the first section, else
+    ("section", heading cell, metadata) or ("exercise", number, metadata), where each starts."""
+    starts = {s.cell: ("section", s.cell, s.meta) for s in taught.parts}
+    starts |= {e.cell: ("exercise", e.number, e.meta) for s in taught.parts for e in s.exercises}
     part: tuple[str, int, dict] = ("intro", 0, {})
-    for index, cell in enumerate(notebook["cells"]):
-        text = source(cell)
-        meta = cell.get("metadata", {}).get(sections.KEY, {})
-        if cell["cell_type"] == "markdown" and sections.HEADING.fullmatch(text.split("\n", 1)[0]):
-            part = ("section", index, meta)
-        elif cell["cell_type"] == "markdown" and sections.EXERCISE.match(text) \
-                and part[0] != "intro":
-            part = ("exercise", int(sections.EXERCISE.match(text)[1]), meta)
+    found = []
+    for index in range(count):
+        part = starts.get(index, part)
         found.append(part)
     return found
 
@@ -147,10 +146,11 @@ def follow(notebook: dict, taught: Taught) -> dict:
     ``###`` heading that names its tier and minutes, and every code cell becomes a raw cell.
     """
     kept, appendix, left_out = [], [], []
-    for cell, (kind, key, meta) in zip(notebook["cells"], parts(notebook), strict=True):
+    cells = notebook["cells"]
+    for cell, (kind, key, meta) in zip(cells, cell_parts(taught, len(cells)), strict=True):
         if kind == "intro" or meta.get("tier") == "instructor" or \
-                (kind == "section" and key in taught.sections) or \
-                (kind == "exercise" and key in taught.exercises):
+                (kind == "section" and key in taught.section_cells) or \
+                (kind == "exercise" and key in taught.exercise_numbers):
             kept.append(cell)
             continue
         cell = copy.deepcopy(cell)
@@ -163,15 +163,17 @@ def follow(notebook: dict, taught: Taught) -> dict:
         elif kind == "exercise" and cell["cell_type"] == "markdown" and \
                 sections.EXERCISE.match(text):
             left_out.append(f"exercise {key} ({label})")
-            appendix.append(nbformat.v4.new_markdown_cell(f"### Exercise {key} · {label}"))
-        if cell["cell_type"] == "code":
-            cell = nbformat.v4.new_raw_cell(text, metadata=cell.get("metadata", {}))
+            appendix.append(nbformat.v4.new_markdown_cell(f"### Exercise {key} · {label}",
+                                                          id=f"{cell['id']}-title"))
+        if cell["cell_type"] == "code":  # the same id: the edition is the same on every build
+            cell = nbformat.v4.new_raw_cell(text, metadata=cell.get("metadata", {}),
+                                            id=cell["id"])
         appendix.append(cell)
     title = f"`{taught.track.name}`"  # as make exercises TRACK=... names it
     note = nbformat.v4.new_markdown_cell(
         f"> **The {title} track's edition.** This notebook holds what the {title} track "
         f"teaches of the lesson ({taught.minutes} min with its exercises). The rest of it is in "
-        "the appendix at the end, where Run All does not run it.")
+        "the appendix at the end, where Run All does not run it.", id="track-edition")
     if not appendix:
         return {**notebook, "cells": [kept[0], note, *kept[1:]]}
     listed = "\n".join(f"- {name}" for name in left_out)
@@ -181,7 +183,7 @@ def follow(notebook: dict, taught: Taught) -> dict:
         "Its code cells are *raw* cells, so that Run All skips them. To run one, select it and "
         "press **Y** (it becomes a code cell), then run it; it needs the appendix's cells above "
         "it, run in order. The whole lesson, every cell runnable, is the full learners' edition "
-        "(`make exercises`).")
+        "(`make exercises`).", id="track-appendix")
     return {**notebook, "cells": [kept[0], note, *kept[1:], head, *appendix]}
 
 
