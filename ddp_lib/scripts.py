@@ -18,13 +18,8 @@ COURSE = Path(__file__).resolve().parents[1] / "notebooks"  # the lessons, besid
 
 def write_script(name: str | os.PathLike, source: str, *,
                  directory: str | os.PathLike = SCRIPTS_DIR, quiet: bool = False) -> Path:
-    """Write ``source`` to ``directory/name`` and return the path.
-
-    Args:
-        name: file name, e.g. ``"train.py"`` (a path with folders is kept as given).
-        source: the script's text; common indentation is removed.
-        directory: where relative names go; ``scripts/`` in the current folder by default.
-        quiet: print nothing.
+    """Write ``source`` (common indentation removed) to ``directory/name`` (``scripts/``, unless
+    ``name`` has folders) and return the path; print nothing if ``quiet``.
 
     Raises:
         SyntaxError: the text is not valid Python (nothing is written).
@@ -49,9 +44,14 @@ def normalised(source: str) -> str:
 
 def from_notebook(notebook: str | os.PathLike, name: str, *,
                   directory: str | os.PathLike = SCRIPTS_DIR, quiet: bool = False) -> Path:
-    """Write the script that ``notebook`` writes with ``%%write_script name``, from its cell (code,
-    or raw in a track's edition): a later lesson cannot drift from it. A lesson named bare is read
-    from the course's own folder: a learner's edit in an edition never reaches a later lesson."""
+    """Write the script of ``notebook``'s ``%%write_script name`` cell: no drift from it."""
+    return write_script(name, cell_text(notebook, name), directory=directory, quiet=quiet)
+
+
+def cell_text(notebook: str | os.PathLike, name: str) -> str:
+    """The text ``notebook``'s ``%%write_script name`` cell writes (a code cell, or raw in a
+    track's edition). A lesson named bare is read from the course's own folder: a learner's edit
+    in an edition never reaches a later lesson."""
     import nbformat  # Jupyter's; a script written from a notebook has Jupyter there
 
     if Path(notebook).name == str(notebook) and (COURSE / notebook).exists():
@@ -59,7 +59,7 @@ def from_notebook(notebook: str | os.PathLike, name: str, *,
     for cell in nbformat.read(notebook, as_version=4).cells:
         first, _, body = cell.source.partition("\n")
         if cell.cell_type in ("code", "raw") and first.split() == ["%%write_script", name]:
-            return write_script(name, body, directory=directory, quiet=quiet)
+            return body
     raise LookupError(f"{notebook} has no '%%write_script {name}' cell")
 
 

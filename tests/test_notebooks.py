@@ -105,7 +105,10 @@ def test_every_solution_cell_follows_an_exercise(path):
             assert cell["cell_type"] == "code", f"{path.name} cell {i}"
             before = text(all_cells[i - 1])
             assert EXERCISE.search(before), f"{path.name} cell {i} follows no exercise"
-            assert text(cell).startswith("# Solution to exercise "), f"{path.name} cell {i}"
+            starts_from_a_script = "exercise_start" in cell["metadata"]  # its stub: the script
+            assert text(cell).startswith(
+                "%%write_script " if starts_from_a_script else "# Solution to exercise "), (
+                f"{path.name} cell {i}")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -119,9 +122,11 @@ def test_no_lesson_code_runs_after_a_solution(path):
     """
     solved = False
     for i, cell in enumerate(cells(path)):
-        is_solution = SOLUTION in cell.get("metadata", {}).get("tags", [])
+        tags = cell.get("metadata", {}).get("tags", [])
+        is_solution = SOLUTION in tags
         solved = solved or is_solution
-        assert not (solved and cell["cell_type"] == "code" and not is_solution), (
+        exercise_code = is_solution or "check" in tags  # a check runs the learner's solution
+        assert not (solved and cell["cell_type"] == "code" and not exercise_code), (
             f"{path.name} cell {i}: lesson code after a solution; move it above the exercises")
 
 

@@ -47,7 +47,10 @@ def test_no_solution_line_reaches_the_edition(built, path):
     for cell in course["cells"]:
         if not exercises.is_solution(cell):
             continue
-        for line in cell_text(cell).splitlines():
+        lines = cell_text(cell).splitlines()
+        if sections.START in cell["metadata"]:  # its stub writes the start under the same name
+            lines = lines[1:]
+        for line in lines:
             line = line.strip()
             if line and line not in lesson_text:  # lines the lesson shows anyway are no leak
                 assert line not in edition_text, f"{path.name}: solution line leaked: {line}"
@@ -58,11 +61,19 @@ def test_stubs_are_python_and_replace_each_solution(built, path):
     course, learners = built[path.name]
     assert len(course["cells"]) == len(learners["cells"])
     for ours, theirs in zip(course["cells"], learners["cells"], strict=True):
-        if exercises.is_solution(ours):
+        if exercises.is_solution(ours) and sections.START in ours["metadata"]:
+            # the script the learner edits, written under the solution's name
+            first, _, _ = cell_text(ours).partition("\n")
+            assert cell_text(theirs) == f"{first}\n{sections.start_text(ours).rstrip()}"
+            assert exercises.STUB in theirs["metadata"]["tags"]
+        elif exercises.is_solution(ours):
             assert exercises.STUB in theirs["metadata"]["tags"]
             assert not exercises.is_solution(theirs)
             ast.parse(cell_text(theirs))
             assert cell_text(theirs).rstrip().endswith("pass"), "the stub does nothing"
+        elif exercises.CHECK in ours["metadata"].get("tags", []):  # kept, and Run All goes on
+            assert theirs["metadata"]["tags"] == [*ours["metadata"]["tags"], "raises-exception"]
+            assert cell_text(theirs) == cell_text(ours)
         else:  # copied unchanged, the instructor's notes folded
             theirs = copy.deepcopy(theirs)
             if ours.metadata.get(sections.KEY, {}).get("tier") == "instructor":

@@ -4,7 +4,9 @@ A solution is a code cell tagged ``solution`` right after its exercise (tests/te
 states the convention). In the edition that cell becomes a stub tagged ``exercise-stub``: a
 comment that says what to write, then ``pass``, valid Python that does nothing and shows nothing
 (``...`` would print ``Ellipsis`` under Run All), so that a learner can run the whole notebook
-before solving anything. Every other cell is copied unchanged, and the
+before solving anything. A cell tagged ``check`` (``workshop.checks``) is no solution: it stays,
+tagged ``raises-exception`` too, so that the mistakes it names in a learner's code do not stop
+Run All. Every other cell is copied unchanged, and the
 notebooks keep their folder name, so that relative paths (``scripts/``, another lesson's
 notebook) and ``ddp_lib`` on ``PYTHONPATH`` resolve as they do in the course itself.
 
@@ -34,6 +36,7 @@ from workshop import schedule, sections
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = "solution"
 STUB = "exercise-stub"
+CHECK = "check"  # an exercise's check: it runs the learner's code, and stays in the edition
 STUB_INSTRUCTION = "exercise_stub"  # a solution cell's metadata: what its stub tells to do
 DEFAULT_INSTRUCTION = "write your code here, then run the cell."
 HEADER = re.compile(r"^# Solution to exercise (\d+)(?::\s*(.*))?")
@@ -53,21 +56,28 @@ def stub(solution: dict, exercise: dict) -> dict:
 
     What to do is "write your code here" unless the solution's metadata says otherwise under
     ``STUB_INSTRUCTION``: an exercise that is done by editing another cell (a script) names that
-    cell and the cells to run after it, since this one stays empty.
+    cell and the cells to run after it, since this one stays empty. A solution that starts from
+    a lesson's script (``sections.START``) has that script as its stub, under the solution's name:
+    the exercise's text says what to change.
     """
-    match = HEADER.match(source(solution))
-    number = match[1] if match else "?"
-    asked = re.sub(r"\s+", " ", source(exercise).split("<details>")[0]).strip()
-    asked = re.sub(r"^\*\*\d+\.\*\*\s*|^\*\*\d+\.\s*", "", asked)
-    instruction = solution["metadata"].get(STUB_INSTRUCTION, DEFAULT_INSTRUCTION)
-    lines = [f"# {line}" for line in _wrap(f"Exercise {number}: {instruction}", 96)]
-    lines += ["#"] + [f"# {line}" for line in _wrap(asked, 96)]
-    lines.append("pass")
+    start = sections.start_text(solution)
+    if start is not None:
+        lines = [source(solution).partition("\n")[0], start.rstrip("\n")]
+    else:
+        match = HEADER.match(source(solution))
+        number = match[1] if match else "?"
+        asked = re.sub(r"\s+", " ", source(exercise).split("<details>")[0]).strip()
+        asked = re.sub(r"^\*\*\d+\.\*\*\s*|^\*\*\d+\.\s*", "", asked)
+        instruction = solution["metadata"].get(STUB_INSTRUCTION, DEFAULT_INSTRUCTION)
+        lines = [f"# {line}" for line in _wrap(f"Exercise {number}: {instruction}", 96)]
+        lines += ["#"] + [f"# {line}" for line in _wrap(asked, 96)]
+        lines.append("pass")
     cell = copy.deepcopy(solution)
     cell["metadata"]["tags"] = [STUB if tag == SOLUTION else tag
                                 for tag in cell["metadata"]["tags"] if tag != "nbval-check-output"]
     cell["metadata"].pop("jupyter", None)  # a stub is meant to be seen
-    cell["metadata"].pop(STUB_INSTRUCTION, None)
+    for key in (STUB_INSTRUCTION, sections.START):
+        cell["metadata"].pop(key, None)
     cell["source"] = "\n".join(lines)
     cell["outputs"], cell["execution_count"] = [], None
     return cell
@@ -97,6 +107,9 @@ def edition(notebook: dict) -> dict:
             instructor = tier == "instructor"
         if is_solution(cell):
             cells[i] = stub(cell, cells[i - 1])
+        elif CHECK in cell.get("metadata", {}).get("tags", []):
+            # Jupyter's convention: an error here does not stop Run All, nor the cells after it
+            cell["metadata"]["tags"] = [*cell["metadata"]["tags"], "raises-exception"]
         elif instructor:
             cell["metadata"].setdefault("jupyter", {})["source_hidden"] = True
     return learners

@@ -9,13 +9,15 @@ holds ``{"tier", "minutes"}``. The exercises belong to the section that lists th
 A section's minutes may not be below its *floor*: its words at a speaking pace, its code read at a
 walking-through pace (a cell whose source is folded away is not read: its output is what the lesson
 shows), and its cells' run time measured on 2 cores (``RUN_SECONDS``). An
-exercise's floor is its question read, its solution written, and the solution's run time.
+exercise's floor is its question read, its solution written (where the learner starts from a
+script, ``START``, only the lines the solution adds), and the solution's run time.
 
 ``python -m workshop.sections`` prints every section and exercise with its floor.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import re
@@ -25,6 +27,8 @@ from pathlib import Path
 from typing import ClassVar
 
 import nbformat
+
+from ddp_lib import scripts
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -42,6 +46,7 @@ SPEAKING_WORDS_PER_MIN = 130  # a presenter explaining, not a reader skimming
 CODE_LINES_PER_MIN = 30  # code walked through on screen: about two seconds a line
 WRITTEN_LINES_PER_MIN = 6  # code a learner writes and gets right
 RUN_SECONDS = ROOT / "workshop" / "run_seconds.json"
+START = "exercise_start"  # a solution's metadata: [lesson, script], the script a learner edits
 HEADING = re.compile(r"## (.+)")
 EXERCISE = re.compile(r"\*\*(\d+)\.")
 
@@ -101,6 +106,23 @@ def lines_of_code(text: str) -> int:
                .startswith("#"))
 
 
+def start_text(cell: dict) -> str | None:
+    """The script a learner starts this solution from (its ``START`` metadata), or ``None``."""
+    start = cell["metadata"].get(START)
+    return None if start is None else scripts.cell_text(*start)
+
+
+def lines_to_write(cell: dict) -> int:
+    """A solution's lines of code; for one that starts from a script, only those it adds."""
+    start, text = start_text(cell), cell["source"]
+    if start is None:
+        return lines_of_code(text)
+    added = [line[1:] for line in difflib.unified_diff(
+        start.splitlines(), text.partition("\n")[2].splitlines(), lineterm="", n=0)
+        if line.startswith("+") and not line.startswith("+++")]
+    return lines_of_code("\n".join(added))
+
+
 def run_seconds() -> dict[str, dict[int, float]]:
     """Lesson -> code cell number (nbval's ``Cell N``) -> seconds, as measured."""
     if not RUN_SECONDS.exists():
@@ -134,7 +156,7 @@ def read(path: Path, measured: dict[str, dict[int, float]] | None = None) -> lis
             if cell.cell_type == "markdown":
                 exercise.words += words(cell.source.split("<details>")[0])
             else:
-                exercise.code_lines += lines_of_code(cell.source)
+                exercise.code_lines += lines_to_write(cell)
                 exercise.run_s += seconds.get(code_number, 0.0)
         elif cell.cell_type == "markdown":
             sections[-1].words += words(cell.source)

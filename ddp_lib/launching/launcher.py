@@ -45,7 +45,7 @@ def launch(script: str | os.PathLike, *, args: Sequence[str | int | float] = (),
         rdzv_endpoint: ``host:port`` of the rendezvous, needed when ``nnodes > 1``.
         local_addr: the address this node advertises to the others (``None``: its host name).
         backend: ``"gloo"`` or ``"nccl"`` to force one (``DDP_BACKEND``); ``None``: the script's.
-        env: extra environment variables for the workers.
+        env: extra environment variables for the workers (a PYTHONPATH goes after ddp_lib's).
         timeout: seconds before everything is stopped and :class:`LaunchTimeout` is raised.
         max_restarts: how often torchrun may restart the workers after a failure.
         run_dir: where logs and metrics go; by default a new folder under ``runs/``.
@@ -282,13 +282,15 @@ def _child_env(extra: Mapping[str, str] | None, plan: hardware.Plan, metrics_fil
     env = dict(os.environ)
     worker_site = Path(__file__).resolve().parent / "worker_site"
     root = worker_site.parents[2]  # the folder that holds ddp_lib and course_helpers.py
+    extra = dict(extra or {})
     env["PYTHONPATH"] = os.pathsep.join(  # workers get this ddp_lib and worker_site's sitecustomize
-        p for p in (str(worker_site), str(root), env.get("PYTHONPATH")) if p)
+        p for p in (str(worker_site), str(root), extra.pop("PYTHONPATH", None),
+                    env.get("PYTHONPATH")) if p)
     env[stacks.ENV_VAR] = str(metrics_file.parent / "stacks")
     env["PYTHONUNBUFFERED"] = "1"  # output reaches the cell line by line, not at exit
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun does so only for 2+ processes (and warns)
     env[metrics.ENV_VAR] = str(metrics_file)
     env.update(plan.env())  # DDP_BACKEND where the scripts' own rule would choose otherwise
     env.update(torchrun.restart_env(max_restarts))  # see there; shown in the printed command
-    env.update(extra or {})
+    env.update(extra)
     return env

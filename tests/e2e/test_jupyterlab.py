@@ -38,6 +38,7 @@ import nbformat
 import pytest
 from conftest import processes_mentioning, wait_until_gone
 
+from ddp_lib import scripts
 from ddp_lib.launching.launcher import free_ports
 from workshop import exercises, schedule
 
@@ -223,18 +224,22 @@ def launch_cells(page) -> list[tuple[str, str]]:
     }""")
 
 
-def error_outputs(page) -> list[str]:
-    return page.evaluate("""() => {
+def error_outputs(page, expected: bool = False) -> list[str]:
+    """The errors of the cells not tagged ``raises-exception``, or (``expected``) of those that
+    are: in a learners' edition, an exercise's check naming what is not done yet."""
+    return page.evaluate("""(expected) => {
         const found = [];
         for (const cell of window.jupyterapp.shell.currentWidget.content.widgets) {
             if (cell.model.type !== 'code') continue;
+            const tags = cell.model.getMetadata('tags') || [];
+            if (tags.includes('raises-exception') !== expected) continue;
             for (let i = 0; i < cell.model.outputs.length; i++) {
                 const out = cell.model.outputs.get(i).toJSON();
                 if (out.output_type === 'error') found.push(out.ename + ': ' + out.evalue);
             }
         }
         return found;
-    }""")
+    }""", expected)
 
 
 @pytest.mark.parametrize("notebook", [
@@ -288,6 +293,8 @@ def test_one_day_edition_runs_in_jupyterlab(browser, one_day_lab, notebook):
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SCREENSHOTS / f"one-day-{notebook.stem}.png"), full_page=True)
         assert error_outputs(page) == []
+        for said in error_outputs(page, expected=True):  # a check of an exercise not done yet
+            assert said.startswith("ExerciseNotDone: "), said
         text = page.locator(".jp-Notebook").inner_text()
         assert "Error displaying widget" not in text
         cells = page.evaluate("""() => window.jupyterapp.shell.currentWidget.content.widgets
@@ -495,69 +502,60 @@ def silences(ticks, changes) -> list[tuple[float, float]]:
 
 @pytest.mark.sweep
 @pytest.mark.timeout(900)
-def test_learners_edition_exercise_done_wrong_then_right(browser, exercises_lab):
-    """Lesson 05's exercise 1 in the learners' edition, done as its stub says, wrong first:
-    the script edited and run, then the check without the launch; then the launch, whose check
-    fails as the exercise expects; then the line put back and all three cells run again."""
+def test_learners_edition_conversion_done_wrong_then_right(browser, exercises_lab):
+    """Lesson 05's exercise 1 in the learners' edition, as a learner does it. Run All: the stub
+    is lesson 01's script, and the check under it says what is not DDP yet, without stopping Run
+    All. Then a conversion without ``set_epoch`` pasted into the stub: the check names that, and
+    only that. Then the line typed in: the check passes, its launches showing progress as they
+    run."""
     page = open_notebook(browser, exercises_lab, "05_ddp.ipynb")
     try:
         run_all_cells(page)
         wait_until_all_cells_ran(page, NOTEBOOK_TIMEOUT_S)
         assert error_outputs(page) == []
-        # The cells the stub names, found by the words it names them with.
-        named = ("%%write_script train_ddp.py", "ddp_run = ddp_lib.launch(",
-                 "ddp_run.require_current()")
-        stub = page.evaluate("""() => window.jupyterapp.shell.currentWidget.content.widgets
-            .map(c => c.model.sharedModel.getSource())
-            .find(source => source.startsWith('# Exercise 1:'))""")
-        assert all(f"`{words}" in stub for words in named), stub
-        script, launch, check = (cell_index(page, words) for words in named)
+        check = cell_index(page, "checks.ddp_conversion(")
+        stub = check - 1
+        assert cell_source(page, stub) == (
+            "%%write_script my_train_ddp.py\n" + scripts.cell_text(
+                "01_single_device.ipynb", "train_single.py").rstrip()), "the stub: lesson 01's"
+        unconverted = cell_output(page, check)
+        screenshot(page, check, "05_exercise1_not_ddp_yet.png")
+        assert "ExerciseNotDone" in unconverted and "each wrote the checkpoint" in unconverted, (
+            unconverted)
+        # Every cell ran (wait_until_all_cells_ran), those after the check too: it stopped
+        # nothing. It is the one error of the notebook.
+        assert len(error_outputs(page, expected=True)) == 1
 
-        original = cell_source(page, script)
-        line = next(text for text in original.split("\n") if "sampler.set_epoch(epoch)" in text)
-        line_no = original.split("\n").index(line)
-        edit_at_line(page, script, line_no)
-        page.keyboard.press("Shift+ArrowDown")  # the whole line, its end of line included
-        page.keyboard.press("Backspace")
-        assert cell_source(page, script) == original.replace(line + "\n", "")
-        run_cell(page, script)
-
-        # Wrong: the check without the launch. It reads the run of the script before the edit.
-        run_cell(page, check)
-        stale = cell_output(page, check)
-        screenshot(page, check, "05_exercise1_stale_result.png")
-        assert "StaleResult" in stale and "Re-run the launch cell" in stale, stale
-        for frame in ("ddp_lib/", "supervise.py", "launch_result.py"):
-            assert frame not in stale, f"the message comes without ddp_lib's frames:\n{stale}"
-
-        # Right: the launch, watched while it runs, then the check, which fails as expected.
-        cell(page, launch).scroll_into_view_if_needed()
-        start_watching(page, launch)
-        before = start_cell(page, launch)
-        page.wait_for_timeout(4000)
-        screenshot(page, launch, "05_exercise1_launch_running.png")
-        wait_for_cell(page, launch, before)
-        ticks, changes = stop_watching(page)
-        late = [b - a for (a, _), (b, _) in itertools.pairwise(ticks) if b - a > 2]
-        assert [text for _, text in changes[1:] if text], "the launch cell showed nothing"
-        assert silences(ticks, changes) == [], (
-            f"a launch showed nothing new for over {SILENCE_S:g} s; output changes (s, text): "
-            f"{changes}" + (f"; the page itself was starved (samples {late} s apart, not 0.5)"
-                            if late else ""))
+        # Wrong: the course's conversion without set_epoch, pasted over the stub.
+        right = "%%write_script my_train_ddp.py\n" + scripts.cell_text(
+            "05_ddp.ipynb", "train_ddp.py").rstrip()
+        line = next(text for text in right.split("\n") if "sampler.set_epoch(epoch)" in text)
+        edit_at_line(page, stub, 0)
+        page.keyboard.press("Control+a")
+        page.keyboard.insert_text(right.replace(line + "\n", ""))
+        assert cell_source(page, stub) == right.replace(line + "\n", "")
+        run_cell(page, stub)
         run_cell(page, check)
         wrong = cell_output(page, check)
-        screenshot(page, check, "05_exercise1_check_fails.png")
-        assert "DDP took other steps than one process" in wrong, wrong
-        assert "StaleResult" not in wrong
+        screenshot(page, check, "05_exercise1_check_names_the_mistake.png")
+        assert "call sampler.set_epoch(epoch)" in wrong and wrong.count("✗") == 1, wrong
+        for frame in ("workshop/checks.py", "ddp_lib/"):
+            assert frame not in wrong, f"the message comes without the check's frames:\n{wrong}"
 
-        # The line put back, the three cells again: the check passes.
-        edit_at_line(page, script, line_no)
+        # Right: the line typed back in; the check passes, and shows progress while it runs.
+        edit_at_line(page, stub, right.split("\n").index(line))
         page.keyboard.insert_text(line + "\n")
-        assert cell_source(page, script) == original
-        for index in (script, launch, check):
-            run_cell(page, index)
+        assert cell_source(page, stub) == right
+        run_cell(page, stub)
+        cell(page, check).scroll_into_view_if_needed()
+        start_watching(page, check)
+        before = start_cell(page, check)
+        wait_for_cell(page, check, before)
+        ticks, changes = stop_watching(page)
+        assert silences(ticks, changes) == [], (
+            f"the check showed nothing new for over {SILENCE_S:g} s; output changes: {changes}")
         passed = cell_output(page, check)
         screenshot(page, check, "05_exercise1_check_passes.png")
-        assert "Error" not in passed and "largest per-step loss difference" in passed, passed
+        assert "Error" not in passed and passed.count("✓") == 6, passed
     finally:
         close(page)

@@ -1,0 +1,253 @@
+"""Exercise checks: launch a learner's script under torchrun and say, one sentence each, what is
+wrong with it. A check is not a solution: it stays in the learners' edition, and reads only what
+the learner's own run did.
+
+A check launches the script with ``ddp_lib.launch``, as the course launches its own, and with
+one addition, shown in the printed command: ``check_site/`` on the ranks' ``PYTHONPATH``, whose
+``sitecustomize`` records which samples each batch drew, who saved which file, and whether the
+process group was still open at exit. It changes nothing the ranks compute. The rest comes from
+what lesson 01's script already reports (``report``, ``report_weights``) and from its checkpoint.
+
+``ddp_conversion`` checks lesson 05's exercise: lesson 01's script made into DDP.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+import ddp_lib
+from course_helpers import SmallCNN, cifar10
+from ddp_lib import scripts
+from ddp_lib.launching.result import LaunchError, LaunchResult
+
+CHECK_SITE = Path(__file__).resolve().parent / "check_site"
+LOSS_TOLERANCE = 1e-4  # relative: the same sums in another order
+WEIGHT_TOLERANCE = 1e-4  # lesson 05 section 4 measures about 1e-6 after 16 steps
+
+
+class ExerciseNotDone(AssertionError):
+    """What a check found wrong, one sentence per mistake; shown without the check's frames, which
+    are not where the mistake is."""
+
+    def __init__(self, script: Path, mistakes: list[str]):
+        self.mistakes = mistakes
+        listed = "\n".join(f"  ✗ {m}" for m in mistakes)
+        super().__init__(f"{script} is not right yet:\n{listed}")
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """The small run a check makes: ``nproc`` processes, each with batch ``batch_size``."""
+
+    nproc: int = 2
+    batch_size: int = 32
+    epochs: int = 2
+    train_samples: int = 512  # a multiple of nproc x batch_size: no padding, no short batch
+    test_samples: int = 256  # not train_samples, so the two loaders are told apart by length
+
+    def args(self, nproc: int, checkpoint: Path) -> list:
+        batch = self.batch_size * self.nproc // nproc  # the same total batch on every run
+        return ["--epochs", self.epochs, "--batch-size", batch, "--train-samples",
+                self.train_samples, "--test-samples", self.test_samples,
+                "--checkpoint", checkpoint]
+
+
+def ddp_conversion(script: str | os.PathLike, setting: Setting = Setting(),
+                   timeout: float = 300.0) -> None:
+    """Check that ``script`` is lesson 01's ``train_single.py`` made into DDP; print what held.
+
+    Launches it with ``setting.nproc`` processes on Gloo, then (only if nothing else is wrong) with
+    one process and the same total batch, which a right conversion matches up to rounding.
+
+    Raises:
+        ExerciseNotDone: one sentence per mistake found.
+        FileNotFoundError: there is no such script yet.
+    """
+    script = Path(script)
+    if not script.exists():
+        raise FileNotFoundError(f"{script} does not exist yet: run the exercise's script cell "
+                                "(%%write_script ...) first.")
+    folder = Path(tempfile.mkdtemp(prefix="check-", dir=_runs()))
+    several, failure = _launch(script, setting, setting.nproc, folder, timeout)
+    if failure:  # what the ranks did before it may say why
+        raise ExerciseNotDone(script, [failure, *_saver_mistakes(several)])
+    mistakes = _mistakes(script, several, setting, folder / "several.pt")
+    if mistakes:
+        raise ExerciseNotDone(script, mistakes)
+    _, failure = _launch(script, setting, 1, folder, timeout)
+    if failure:
+        raise ExerciseNotDone(script, [f"With one process: {failure}"])
+    gap = _weight_gap(folder / "several.pt", folder / "one.pt")
+    if gap > WEIGHT_TOLERANCE:
+        raise ExerciseNotDone(script, [
+            f"{setting.nproc} processes with batch {setting.batch_size} did not train like one "
+            f"process with batch {setting.nproc * setting.batch_size}: their final weights "
+            f"differ by up to {gap:.1e} (rounding stays below {WEIGHT_TOLERANCE:.0e}); does the "
+            "script change the learning rate, the loss or the batch size with the number of "
+            "processes?"])
+    held = [f"each of the {setting.nproc} ranks trained on its own share of the samples, "
+            "reshuffled every epoch",
+            "every rank ended with the same weights",
+            "rank 0 alone saved the checkpoint, which SmallCNN loads as it is",
+            "the reported loss and accuracy are those of all ranks together",
+            "every rank closed its process group",
+            f"{setting.nproc} processes with batch {setting.batch_size} trained like one process "
+            f"with batch {setting.nproc * setting.batch_size} (weights within {gap:.0e})"]
+    print("\n".join(f"  ✓ {line}" for line in held))
+
+
+def _runs() -> Path:
+    runs = Path("runs")
+    runs.mkdir(exist_ok=True)
+    return runs
+
+
+def _launch(script: Path, setting: Setting, nproc: int, folder: Path,
+            timeout: float) -> tuple[LaunchResult, str | None]:
+    """One launch of the learner's script, and what went wrong if it failed: the launch's own
+    message (the rank, its error and the line), without the pointer to the full output."""
+    name = "several" if nproc > 1 else "one"
+    try:
+        return ddp_lib.launch(script, nproc_per_node=nproc, backend="gloo", stream=False,
+                              args=setting.args(nproc, folder / f"{name}.pt"), timeout=timeout,
+                              run_dir=folder / name, env={"PYTHONPATH": str(CHECK_SITE)}), None
+    except LaunchError as error:
+        said = [line for line in str(error).strip().splitlines()
+                if not line.startswith("All output")]
+        return error.result, "\n    ".join(said)
+
+
+def _mistakes(script: Path, result: LaunchResult, setting: Setting, checkpoint: Path) -> list[str]:
+    """The mistakes one run of ``setting.nproc`` processes shows, each as one sentence."""
+    missing = [name for name in ("step_loss", "train_loss", "test_accuracy", "weights_sum")
+               if not result.records(name)]
+    if missing:
+        return [f"The script reports no {', '.join(missing)}: keep lesson 01's report(...) and "
+                "report_weights(...) lines, which this check reads."]
+    drifted = _weight_mistakes(result)
+    return [*_data_mistakes(result, setting), *drifted,
+            *_checkpoint_mistakes(script, result, setting, checkpoint, not drifted),
+            *_loss_mistakes(result, setting), *_exit_mistakes(result)]
+
+
+def _epochs_drawn(result: LaunchResult, rank: int, size: int) -> list[list[int]]:
+    """The indices ``rank`` drew in each pass over a data set of ``size`` samples, in order."""
+    passes: dict[int, list[int]] = {}
+    for record in result.records("check_drawn", rank):
+        if record["size"] == size:
+            passes.setdefault(record["value"], []).extend(record["indices"])
+    return [passes[p] for p in sorted(passes)]
+
+
+def _data_mistakes(result: LaunchResult, setting: Setting) -> list[str]:
+    n = setting.train_samples
+    drawn = {rank: _epochs_drawn(result, rank, n) for rank in range(setting.nproc)}
+    if any(len(epochs) != setting.epochs for epochs in drawn.values()):
+        return [f"The check saw no {setting.epochs} passes over the {n} training samples on "
+                "every rank: keep lesson 01's loop, one pass over train_loader per epoch."]
+    first = [set(epochs[0]) for epochs in drawn.values()]
+    shared = set.intersection(*first)
+    if shared:
+        return [f"Every rank trained on the same samples ({len(shared)} of {n} in epoch 0 on all "
+                f"{setting.nproc} ranks), so {setting.nproc} processes did one process's work "
+                f"{setting.nproc} times: give the training DataLoader a DistributedSampler "
+                "(sampler=..., and no shuffle=True)."]
+    mistakes = []
+    covered = len(set.union(*first))
+    if covered < n:
+        mistakes.append(f"Epoch 0 trained on {covered} of the {n} training samples: each must go "
+                        "to exactly one rank, as DistributedSampler does.")
+    same = [rank for rank, epochs in drawn.items() if epochs[1] == epochs[0]]
+    if same:
+        mistakes.append(f"Rank {same[0]} drew its samples in the same order in every epoch: call "
+                        "sampler.set_epoch(epoch) at the start of each epoch, since "
+                        "DistributedSampler shuffles with its seed + epoch.")
+    return mistakes
+
+
+def _weight_mistakes(result: LaunchResult) -> list[str]:
+    prints = result.fingerprints()
+    if len(set(prints.values())) == 1:
+        return []
+    shown = ", ".join(f"rank {rank} {sha[:8]}" for rank, sha in sorted(prints.items()))
+    return [f"The ranks ended with different weights ({shown}): wrap the model in "
+            "DistributedDataParallel and call the wrapped model in the training loop, so that "
+            "every step averages the gradients of all ranks."]
+
+
+def _checkpoint_mistakes(script: Path, result: LaunchResult, setting: Setting,
+                         checkpoint: Path, same_weights: bool) -> list[str]:
+    """Who saved, what, and (where every rank holds the saved model) whether the reported
+    accuracy is the saved model's."""
+    mistakes = _saver_mistakes(result)
+    if not checkpoint.exists():
+        return [*mistakes, f"No checkpoint at {checkpoint}: keep lesson 01's "
+                "save_checkpoint(..., args.checkpoint)."]
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    if any(key.startswith("module.") for key in state):
+        return [*mistakes, "The checkpoint's keys start with 'module.', the DDP wrapper's: save "
+                "model.module.state_dict(), which lesson 01's SmallCNN loads as it is."]
+    model = SmallCNN()
+    model.load_state_dict(state)
+    if not same_weights:
+        return mistakes
+    reported = result.metric("test_accuracy", 0)[-1][1]
+    scored = _accuracy(script, model, setting.test_samples)
+    if abs(reported - scored) > 1e-9:
+        mistakes.append(f"Rank 0 reported a test accuracy of {reported:.4f} after the last "
+                        f"epoch, but the saved model scores {scored:.4f} on the "
+                        f"{setting.test_samples} test samples: add up the correct answers and "
+                        "the totals of all ranks (dist.all_reduce) before dividing.")
+    return mistakes
+
+
+def _saver_mistakes(result: LaunchResult) -> list[str]:
+    savers = sorted({r["rank"] for r in result.records("check_saved")})
+    if len(savers) < 2:
+        return []
+    return [f"Ranks {', '.join(map(str, savers))} each wrote the checkpoint: on a shared file "
+            "system they write one file at the same time; save on rank 0 only (if rank == 0:)."]
+
+
+def _accuracy(script: Path, model: torch.nn.Module, samples: int) -> float:
+    """The model's accuracy on the test samples, prepared by the script's own ``as_tensors``."""
+    test_set = scripts.load_module(script).as_tensors(cifar10(train=False), samples)
+    images, labels = test_set.tensors
+    with torch.no_grad():
+        return (model.eval()(images).argmax(1) == labels).float().mean().item()
+
+
+def _loss_mistakes(result: LaunchResult, setting: Setting) -> list[str]:
+    """Rank 0's reported loss of each epoch against the mean of every rank's batch losses."""
+    per_rank = [[v for _, v in result.metric("step_loss", rank)] for rank in range(setting.nproc)]
+    steps = len(per_rank[0]) // setting.epochs
+    for epoch, (_, reported) in enumerate(result.metric("train_loss", 0)):
+        losses = [v for values in per_rank for v in values[epoch * steps:(epoch + 1) * steps]]
+        mean = sum(losses) / len(losses)
+        if abs(reported - mean) > LOSS_TOLERANCE * abs(mean):
+            return [f"Rank 0 reported a training loss of {reported:.4f} for epoch {epoch}, but "
+                    f"the mean of all ranks' batch losses is {mean:.4f}: add up the loss totals "
+                    "and sample counts of all ranks (dist.all_reduce) before dividing."]
+    return []
+
+
+def _exit_mistakes(result: LaunchResult) -> list[str]:
+    open_ = sorted({r["rank"] for r in result.records("check_group_open_at_exit")})
+    if not open_:
+        return []
+    return [f"Rank {', '.join(map(str, open_))} exited with its process group still open: call "
+            "dist.destroy_process_group() at the end of main(), after a last dist.barrier()."]
+
+
+def _weight_gap(a: Path, b: Path) -> float:
+    first = torch.load(a, map_location="cpu", weights_only=True)
+    second = torch.load(b, map_location="cpu", weights_only=True)
+    return max((first[k] - second[k]).abs().max().item() for k in first)
