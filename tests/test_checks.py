@@ -1,5 +1,6 @@
 """The exercise checks against the mistakes learners really make: each wrong version of lesson
-05's conversion is caught with its own sentence, and the right one passes. Real launches, on Gloo.
+05's conversion, and each wrong answer of the other core exercises, is caught with its own
+sentence, and the right one passes. Real launches, on Gloo.
 
 Each wrong version is lesson 05's ``train_ddp.py`` (the right conversion, from the course's own
 notebook) with one edit a learner makes; the edit must still apply, or the test says so. Three of
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+import ddp_lib
 from ddp_lib import scripts
 from workshop import checks
 
@@ -103,3 +105,123 @@ def test_the_right_conversion_passes(right, tmp_path, monkeypatch, capsys):
 def test_a_script_not_written_yet_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="run the exercise's script cell"):
         checks.ddp_conversion(tmp_path / "my_train_ddp.py")
+
+
+# --- The answer checks: each core exercise whose answer is a value, against the usual mistakes --
+
+def check_says(check, *args, said: str, **kwargs) -> None:
+    with pytest.raises(checks.ExerciseNotDone) as raised:
+        check(*args, **kwargs)
+    assert said in str(raised.value), f"{said!r} not in\n{raised.value}"
+
+
+@pytest.mark.parametrize(("ring_bytes", "root_bytes", "said"), [
+    (39.375e6, 315e6, "one of the ring's two passes"),
+    (630e6, 315e6, "counts whole copies"),
+    (78.75e6, 360e6, "not to itself"),
+    (78.75e6, 630e6, "count what it sends"),
+    (78.75, 315, "looks like megabytes"),
+    (..., 315e6, "in place of the ... of ring_bytes"),
+])
+def test_lesson_03s_check_names_each_wrong_traffic(ring_bytes, root_bytes, said):
+    check_says(checks.ring_traffic, ring_bytes, root_bytes, said=said)
+
+
+def test_lesson_03s_check_takes_the_right_traffic(capsys):
+    checks.ring_traffic(2 * 7 / 8 * 45e6, 7 * 45e6)
+    checks.ring_traffic(78.8e6, 315e6)  # rounded as the solution prints it
+    assert "✓ root: 315 MB, 4 times as much" in capsys.readouterr().out
+
+
+WHERE_04 = {"nodes": 3, "per_node": 4, "node": 2, "gpu": 1}  # lesson 04's exercise 1: 12, 9, 1
+
+
+@pytest.mark.parametrize(("answer", "said"), [
+    ((4, 9, 1), "counts the processes of every node"),
+    ((12, 1, 1), "RANK is global"),
+    ((12, 13, 1), "Nodes count from 0"),
+    ((12, 9, 9), "LOCAL_RANK is the process's number on its own node"),
+    ((12, 9, ...), "in place of the ... of local_rank"),
+])
+def test_the_process_numbers_check_names_each_mistake(answer, said):
+    check_says(checks.process_numbers, *answer, said=said, **WHERE_04)
+
+
+def test_the_process_numbers_check_takes_both_lessons_answers():
+    checks.process_numbers(12, 9, 1, **WHERE_04)
+    checks.process_numbers(32, 21, 5, nodes=4, per_node=8, node=2, gpu=5)  # lesson 06's
+
+
+RIGHT_10 = dict(environment=dict(checks.SRUN_PMI2), launcher="Slurm", numbers=[1, 2, 0, 1],
+                missing="MPI_LOCALRANKID")
+
+
+@pytest.mark.parametrize(("wrong", "said"), [
+    ({"launcher": "MPICH"}, "PMI_RANK and PMI_SIZE alone name no launcher"),
+    ({"numbers": [1, 2, 1, 2]}, "from Slurm's four"),
+    ({"missing": "PMI_SIZE"}, "which of MPICH's four names is not in the environment"),
+    ({"environment": {**checks.SRUN_PMI2, "SLURM_LOCALID": "1"}}, "SLURM_LOCALID differ"),
+])
+def test_lesson_10s_check_names_each_mistake(wrong, said):
+    check_says(checks.srun_pmi2, **{**RIGHT_10, **wrong}, said=said)
+
+
+def test_lesson_10s_check_takes_either_missing_name():
+    checks.srun_pmi2(**RIGHT_10)
+    checks.srun_pmi2(**{**RIGHT_10, "missing": "MPI_LOCALNRANKS"})
+
+
+@pytest.mark.parametrize(("fsdp_gpus", "ddp_gpus", "said"), [
+    (1, None, "over the 40 GB budget"),  # the weights alone, 4 bytes per parameter
+    (2, None, "over the 40 GB budget"),  # 16 bytes, but filling each 80-GB GPU
+    (3, 2, "DDP holds everything on every GPU"),
+    (0, None, "find the least N for 40 GB"),
+])
+def test_lesson_11s_check_names_each_mistake(fsdp_gpus, ddp_gpus, said):
+    check_says(checks.fsdp_gpus, fsdp_gpus, ddp_gpus, said=said)
+
+
+def test_lesson_11s_check_takes_the_right_count(capsys):
+    checks.fsdp_gpus(3, None)
+    assert "✓ FSDP: 3 GPUs, 34.4 GB each" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def lesson_00(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("lesson00")
+    for name in ("hello_allreduce.py", "threads_demo.py"):
+        scripts.from_notebook("00_setup.ipynb", name, directory=folder, quiet=True)
+    return folder
+
+
+def launched(script, nproc, tmp_path, args=()):
+    return ddp_lib.launch(script, nproc_per_node=nproc, backend="gloo", stream=False, args=args,
+                          run_dir=tmp_path / f"{script.stem}-{nproc}", timeout=240)
+
+
+@pytest.mark.sweep
+def test_lesson_00s_check_names_each_mistake_of_real_launches(lesson_00, tmp_path):
+    three = launched(lesson_00 / "hello_allreduce.py", 3, tmp_path)
+    checks.three_processes(three, 6)
+    check_says(checks.three_processes, three, 3, said="ranks count from 0")
+    check_says(checks.three_processes, launched(lesson_00 / "hello_allreduce.py", 2, tmp_path), 6,
+               said="three ran 2 processes")
+    check_says(checks.three_processes, launched(lesson_00 / "threads_demo.py", 3, tmp_path), 6,
+               said="launch scripts/hello_allreduce.py")
+    check_says(checks.three_processes, three.output(), 6, said="keep what ddp_lib.launch(...)")
+
+
+@pytest.mark.sweep
+def test_lesson_07s_check_names_each_mistake_of_real_launches(tmp_path):
+    script = scripts.from_notebook("07_mixed_precision.ipynb", "train_amp.py",
+                                   directory=tmp_path, quiet=True)
+    common = ["--epochs", 1, "--batch-size", 32, "--train-samples", 256, "--test-samples", 128,
+              "--checkpoint", tmp_path / "amp.pt"]
+    fp16 = launched(script, 2, tmp_path, [*common, "--precision", "fp16"])
+    scales = [2.0**16] + [v for _, v in fp16.metric("loss_scale")]
+    skipped = sum(b < a for a, b in zip(scales, scales[1:], strict=False))
+    checks.fp16_on_cpu(fp16, skipped, scales[-1])
+    check_says(checks.fp16_on_cpu, fp16, skipped + 1, scales[-1], said="count the falls")
+    check_says(checks.fp16_on_cpu, fp16, skipped, 1.0, said="the last 'loss_scale'")
+    bf16 = launched(script, 2, tmp_path, [*common, "--precision", "bf16"])
+    check_says(checks.fp16_on_cpu, bf16, 0, 1.0, said="with --precision bf16: launch")

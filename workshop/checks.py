@@ -8,11 +8,15 @@ one addition, shown in the printed command: ``check_site/`` on the ranks' ``PYTH
 process group was still open at exit. It changes nothing the ranks compute. The rest comes from
 what lesson 01's script already reports (``report``, ``report_weights``) and from its checkpoint.
 
-``ddp_conversion`` checks lesson 05's exercise: lesson 01's script made into DDP.
+``ddp_conversion`` checks lesson 05's exercise: lesson 01's script made into DDP. The others
+check an answer the learner puts in named variables (the stub leaves them ``...``), and name the
+usual wrong answers; what is right is in the check's code, as an answer key.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 import os
 import tempfile
 from dataclasses import dataclass
@@ -34,13 +38,31 @@ class ExerciseNotDone(AssertionError):
     """What a check found wrong, one sentence per mistake; shown without the check's frames, which
     are not where the mistake is."""
 
-    def __init__(self, script: Path, mistakes: list[str]):
+    def __init__(self, subject: str | Path, mistakes: list[str]):
         self.mistakes = mistakes
         listed = "\n".join(f"  ✗ {m}" for m in mistakes)
-        super().__init__(f"{script} is not right yet:\n{listed}")
+        super().__init__(f"{subject} is not right yet:\n{listed}")
 
     def _render_traceback_(self) -> list[str]:
         return [f"{type(self).__name__}: {self}"]
+
+
+def _verdict(subject: str, mistakes: list[str], held: list[str]) -> None:
+    """Raise with the mistakes, or print what held."""
+    if mistakes:
+        raise ExerciseNotDone(subject, mistakes)
+    print("\n".join(f"  ✓ {line}" for line in held))
+
+
+def _unanswered(**answers) -> list[str]:
+    """A sentence for the answers still ``...``, as the exercise's stub leaves them."""
+    missing = [name for name, value in answers.items() if value is Ellipsis]
+    return [f"Write your answer in place of the ... of {', '.join(missing)}, then run this cell "
+            "again."] if missing else []
+
+
+def _near(value, expected: float) -> bool:
+    return isinstance(value, (int, float)) and abs(value - expected) <= 1e-3 * abs(expected)
 
 
 @dataclass(frozen=True)
@@ -251,3 +273,158 @@ def _weight_gap(a: Path, b: Path) -> float:
     first = torch.load(a, map_location="cpu", weights_only=True)
     second = torch.load(b, map_location="cpu", weights_only=True)
     return max((first[k] - second[k]).abs().max().item() for k in first)
+
+
+# --- Answers ----------------------------------------------------------------------------------
+
+def three_processes(three, expected_sum) -> None:
+    """Lesson 00, exercise 1: ``hello_allreduce.py`` launched with 3 processes, and its sum."""
+    mistakes = _unanswered(three=three, expected_sum=expected_sum)
+    if not mistakes and not isinstance(three, LaunchResult):
+        mistakes.append(f"three is a {type(three).__name__}: keep what ddp_lib.launch(...) "
+                        "returns in it.")
+    if not mistakes:
+        if three.script.name != "hello_allreduce.py":
+            mistakes.append(f"three ran {three.script.name}: launch scripts/hello_allreduce.py.")
+        if len(three.ranks()) != 3:
+            mistakes.append(f"three ran {len(three.ranks())} processes: nproc_per_node=3.")
+        sums = {v for rank in three.ranks() for _, v in three.metric("all_reduce_sum", rank)}
+        if sums and expected_sum not in sums:
+            mistakes.append(f"expected_sum is {expected_sum!r}, but the ranks got "
+                            f"{', '.join(f'{v:g}' for v in sorted(sums))}: each rank adds its rank "
+                            "+ 1, and ranks count from 0.")
+    _verdict("Exercise 1", mistakes, ["3 processes ran hello_allreduce.py",
+                                      f"every rank got {expected_sum}, as you expected"])
+
+
+def ring_traffic(ring_bytes, root_bytes, ranks: int = 8, size: float = 45e6) -> None:
+    """Lesson 03, exercise 1: bytes each rank sends in a ring all-reduce, and the root of an
+    all-to-root scheme."""
+    n, mistakes = ranks, _unanswered(ring_bytes=ring_bytes, root_bytes=root_bytes)
+    ring, root = 2 * (n - 1) / n * size, (n - 1) * size
+    if not mistakes:
+        for name, value, right in (("ring_bytes", ring_bytes, ring), ("root_bytes", root_bytes,
+                                                                     root)):
+            if _near(value, right / 1e6):
+                mistakes.append(f"{name} looks like megabytes: the exercise asks for bytes.")
+        if _near(ring_bytes, (n - 1) / n * size):
+            mistakes.append("ring_bytes counts one of the ring's two passes: reduce-scatter, then "
+                            "all-gather, each sending (N - 1)/N of the data.")
+        elif _near(ring_bytes, 2 * (n - 1) * size) or _near(ring_bytes, (n - 1) * size):
+            mistakes.append("ring_bytes counts whole copies: in each of the N - 1 steps of a pass, "
+                            "a rank sends one chunk, 1/N of the data.")
+        elif not _near(ring_bytes, ring) and not _near(ring_bytes, ring / 1e6):
+            mistakes.append("ring_bytes is not what a rank sends: count the chunks of both passes.")
+        if _near(root_bytes, n * size):
+            mistakes.append("root_bytes counts N copies: the root sends the result to the N - 1 "
+                            "others, not to itself.")
+        elif _near(root_bytes, 2 * (n - 1) * size):
+            mistakes.append("root_bytes adds what the root receives: count what it sends.")
+        elif not _near(root_bytes, root) and not _near(root_bytes, root / 1e6):
+            mistakes.append("root_bytes is not what the root sends: one full copy to each other "
+                            "rank.")
+    _verdict("Exercise 1", mistakes, [f"ring: {ring / 1e6:.2f} MB per rank",
+                                      f"root: {root / 1e6:.0f} MB, {root / ring:g} times as much"])
+
+
+def process_numbers(world_size, rank, local_rank, *, nodes: int, per_node: int, node: int,
+                    gpu: int) -> None:
+    """Lessons 04 and 06, exercise 1: one process's numbers, given where it runs."""
+    mistakes = _unanswered(world_size=world_size, rank=rank, local_rank=local_rank)
+    if not mistakes:
+        if world_size == per_node:
+            mistakes.append("WORLD_SIZE counts the processes of every node, not of one.")
+        elif world_size != nodes * per_node:
+            mistakes.append("WORLD_SIZE is the number of processes in the whole job.")
+        if local_rank != gpu:
+            mistakes.append("LOCAL_RANK is the process's number on its own node, which is also "
+                            "the GPU it uses.")
+        if rank == gpu and node > 0:
+            mistakes.append("RANK is global, counted over all nodes; the number on one node is "
+                            "LOCAL_RANK.")
+        elif rank in ((node + 1) * per_node + gpu, (node - 1) * per_node + gpu):
+            mistakes.append("Nodes count from 0, as ranks do: node k has k nodes before it.")
+        elif rank != node * per_node + gpu:
+            mistakes.append("RANK is the processes of the nodes before this one, plus LOCAL_RANK.")
+    _verdict("Exercise 1", mistakes, [f"WORLD_SIZE={world_size}, RANK={rank}, "
+                                      f"LOCAL_RANK={local_rank}"])
+
+
+def fp16_on_cpu(fp16_cpu, skipped_steps, final_scale) -> None:
+    """Lesson 07, exercise 1: ``train_amp.py --precision fp16`` on the CPU, and its GradScaler."""
+    mistakes = _unanswered(fp16_cpu=fp16_cpu, skipped_steps=skipped_steps,
+                           final_scale=final_scale)
+    if not mistakes and not isinstance(fp16_cpu, LaunchResult):
+        mistakes.append(f"fp16_cpu is a {type(fp16_cpu).__name__}: keep what ddp_lib.launch(...) "
+                        "returns in it.")
+    if mistakes:
+        _verdict("Exercise 1", mistakes, [])
+    words = [str(word) for word in fp16_cpu.command]
+    chosen = words[words.index("--precision") + 1] if "--precision" in words else "fp32"
+    scales = [2.0**16] + [v for _, v in fp16_cpu.metric("loss_scale")]
+    skipped = sum(after < before for before, after in itertools.pairwise(scales))
+    if fp16_cpu.script.name != "train_amp.py" or chosen != "fp16":
+        mistakes.append(f"fp16_cpu ran {fp16_cpu.script.name} with --precision {chosen}: launch "
+                        "scripts/train_amp.py with --precision fp16.")
+    else:
+        if skipped_steps != skipped:
+            mistakes.append(f"skipped_steps is {skipped_steps!r}: a skipped step is one after "
+                            "which the scale fell; count the falls in fp16_cpu.metric"
+                            "('loss_scale').")
+        if final_scale != scales[-1]:
+            mistakes.append(f"final_scale is {final_scale!r}: it is the last 'loss_scale' the "
+                            "run reported.")
+    _verdict("Exercise 1", mistakes, [f"fp16 on the CPU: {skipped} skipped steps, final scale "
+                                      f"{scales[-1]:g}"])
+
+
+SRUN_PMI2 = {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0", "SLURM_NODEID": "1",
+             "SLURM_STEP_TASKS_PER_NODE": "1(x2)", "PMI_RANK": "1", "PMI_SIZE": "2"}
+MPICH_UNSET = ("MPI_LOCALRANKID", "MPI_LOCALNRANKS")  # MPICH's own two, which srun never sets
+
+
+def srun_pmi2(environment, launcher, numbers, missing) -> None:
+    """Lesson 10, exercise 1: what ``set_torchrun_variables`` makes of ``srun --mpi=pmi2``'s
+    environment, and what a function that trusts ``PMI_RANK`` alone fails on."""
+    mistakes = _unanswered(environment=environment, launcher=launcher, numbers=numbers,
+                           missing=missing)
+    if not mistakes:
+        if environment != SRUN_PMI2:
+            differ = sorted(set(environment.items()) ^ set(SRUN_PMI2.items()))
+            mistakes.append(f"environment is not the exercise's: {', '.join(k for k, _ in differ)} "
+                            "differ.")
+        if launcher != "Slurm":
+            mistakes.append(f"launcher is {launcher!r}: PMI_RANK and PMI_SIZE alone name no "
+                            "launcher (every PMI launcher sets them), so the function goes on to "
+                            "the next whose variables are all set.")
+        if list(numbers) != [1, 2, 0, 1]:
+            mistakes.append(f"numbers is {numbers!r}: RANK, WORLD_SIZE, LOCAL_RANK and "
+                            "LOCAL_WORLD_SIZE, from Slurm's four.")
+        if missing not in MPICH_UNSET:
+            mistakes.append(f"missing is {missing!r}: which of MPICH's four names is not in "
+                            "the environment?")
+    _verdict("Exercise 1", mistakes, ["Slurm's variables decide: rank 1 of 2, local rank 0 of 1",
+                                      f"trusting PMI_RANK alone fails on {missing}"])
+
+
+def fsdp_gpus(fsdp_gpus, ddp_gpus, parameters: int = 24 * (16384 * 16384 + 16384)) -> None:
+    """Lesson 11, exercise 1: 80-GB GPUs for ``wide_mlp(16384)`` with AdamW in fp32, at most
+    40 GB each of weights, gradients and optimizer state."""
+    mistakes = _unanswered(fsdp_gpus=fsdp_gpus, ddp_gpus=ddp_gpus)
+    total = 16 * parameters  # weights, gradients and AdamW's two moments, 4 bytes each
+    right = math.ceil(total / 40e9)
+    if not mistakes and fsdp_gpus != right:
+        if isinstance(fsdp_gpus, int) and fsdp_gpus > 0 and total / fsdp_gpus > 40e9:
+            each = total / fsdp_gpus / 1e9
+            mistakes.append(f"fsdp_gpus is {fsdp_gpus}: each would hold {each:.0f} GB, over the "
+                            "40 GB budget. Count 16 bytes per parameter: weights, gradients and "
+                            "AdamW's two moments, 4 bytes each.")
+        else:
+            mistakes.append(f"fsdp_gpus is {fsdp_gpus!r}: FSDP over N GPUs holds 1/N of the 16 "
+                            "bytes per parameter on each; find the least N for 40 GB.")
+    if not _unanswered(ddp_gpus=ddp_gpus) and ddp_gpus is not None:
+        mistakes.append(f"ddp_gpus is {ddp_gpus!r}: DDP holds everything on every GPU, whatever "
+                        "their number; None says that no number is enough.")
+    _verdict("Exercise 1", mistakes, [f"FSDP: {right} GPUs, {total / right / 1e9:.1f} GB each",
+                                      f"DDP: {total / 1e9:.0f} GB on every GPU, no number of "
+                                      "them is enough"])

@@ -2,7 +2,8 @@
 
 A solution is a code cell tagged ``solution`` right after its exercise (tests/test_notebooks.py
 states the convention). In the edition that cell becomes a stub tagged ``exercise-stub``: a
-comment that says what to write, then ``pass``, valid Python that does nothing and shows nothing
+comment that says what to write, then ``pass`` (or, where a check reads named answers,
+``name = ...`` for each), valid Python that does nothing and shows nothing
 (``...`` would print ``Ellipsis`` under Run All), so that a learner can run the whole notebook
 before solving anything. A cell tagged ``check`` (``workshop.checks``) is no solution: it stays,
 tagged ``raises-exception`` too, so that the mistakes it names in a learner's code do not stop
@@ -37,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = "solution"
 STUB = "exercise-stub"
 CHECK = "check"  # an exercise's check: it runs the learner's code, and stays in the edition
+ANSWERS = "exercise_answers"  # a solution's metadata: the names its check reads, left ... in a stub
 STUB_INSTRUCTION = "exercise_stub"  # a solution cell's metadata: what its stub tells to do
 DEFAULT_INSTRUCTION = "write your code here, then run the cell."
 HEADER = re.compile(r"^# Solution to exercise (\d+)(?::\s*(.*))?")
@@ -71,12 +73,13 @@ def stub(solution: dict, exercise: dict) -> dict:
         instruction = solution["metadata"].get(STUB_INSTRUCTION, DEFAULT_INSTRUCTION)
         lines = [f"# {line}" for line in _wrap(f"Exercise {number}: {instruction}", 96)]
         lines += ["#"] + [f"# {line}" for line in _wrap(asked, 96)]
-        lines.append("pass")
+        answers = solution["metadata"].get(ANSWERS, [])  # names the check under it reads
+        lines += [f"{name} = ..." for name in answers] or ["pass"]
     cell = copy.deepcopy(solution)
     cell["metadata"]["tags"] = [STUB if tag == SOLUTION else tag
                                 for tag in cell["metadata"]["tags"] if tag != "nbval-check-output"]
     cell["metadata"].pop("jupyter", None)  # a stub is meant to be seen
-    for key in (STUB_INSTRUCTION, sections.START):
+    for key in (STUB_INSTRUCTION, sections.START, ANSWERS):
         cell["metadata"].pop(key, None)
     cell["source"] = "\n".join(lines)
     cell["outputs"], cell["execution_count"] = [], None

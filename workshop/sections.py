@@ -155,8 +155,9 @@ def read(path: Path, measured: dict[str, dict[int, float]] | None = None) -> lis
         if exercise is not None:
             if cell.cell_type == "markdown":
                 exercise.words += words(cell.source.split("<details>")[0])
-            else:
-                exercise.code_lines += lines_to_write(cell)
+            else:  # a check cell is run, not written
+                if "check" not in cell.metadata.get("tags", []):
+                    exercise.code_lines += lines_to_write(cell)
                 exercise.run_s += seconds.get(code_number, 0.0)
         elif cell.cell_type == "markdown":
             sections[-1].words += words(cell.source)
