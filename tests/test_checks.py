@@ -102,6 +102,13 @@ def test_the_right_conversion_passes(right, tmp_path, monkeypatch, capsys):
         assert f'"name": "{watched}"' in run, f"no {watched} record in the right version's run"
 
 
+def test_lesson_01s_script_untouched_is_told_where_to_start(tmp_path):
+    single = scripts.from_notebook("01_single_device.ipynb", "train_single.py",
+                                   directory=tmp_path, quiet=True)
+    check_says(checks.ddp_conversion, single, said="never calls dist.init_process_group")
+    assert not (tmp_path / "runs").exists(), "nothing to launch yet"
+
+
 def test_a_script_not_written_yet_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="run the exercise's script cell"):
         checks.ddp_conversion(tmp_path / "my_train_ddp.py")

@@ -87,7 +87,8 @@ def ddp_conversion(script: str | os.PathLike, setting: Setting = Setting(),
     """Check that ``script`` is lesson 01's ``train_single.py`` made into DDP; print what held.
 
     Launches it with ``setting.nproc`` processes on Gloo, then (only if nothing else is wrong) with
-    one process and the same total batch, which a right conversion matches up to rounding.
+    one process and the same total batch, which a right conversion matches up to rounding. A
+    script with no ``init_process_group`` at all (lesson 01's, untouched) is not launched.
 
     Raises:
         ExerciseNotDone: one sentence per mistake found.
@@ -97,6 +98,10 @@ def ddp_conversion(script: str | os.PathLike, setting: Setting = Setting(),
     if not script.exists():
         raise FileNotFoundError(f"{script} does not exist yet: run the exercise's script cell "
                                 "(%%write_script ...) first.")
+    if "init_process_group" not in script.read_text(encoding="utf-8"):  # no need to launch it
+        raise ExerciseNotDone(script, [
+            "It never calls dist.init_process_group(...): without a process group, each process "
+            "trains alone. Start there; the key points list what else a DDP script needs."])
     folder = Path(tempfile.mkdtemp(prefix="check-", dir=_runs()))
     several, failure = _launch(script, setting, setting.nproc, folder, timeout)
     if failure:  # what the ranks did before it may say why

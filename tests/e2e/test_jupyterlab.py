@@ -504,10 +504,9 @@ def silences(ticks, changes) -> list[tuple[float, float]]:
 @pytest.mark.timeout(900)
 def test_learners_edition_conversion_done_wrong_then_right(browser, exercises_lab):
     """Lesson 05's exercise 1 in the learners' edition, as a learner does it. Run All: the stub
-    is lesson 01's script, and the check under it says what is not DDP yet, without stopping Run
-    All. Then a conversion without ``set_epoch`` pasted into the stub: the check names that, and
-    only that. Then the line typed in: the check passes, its launches showing progress as they
-    run."""
+    is lesson 01's script, and the check under it says where to start, without stopping Run All.
+    Then a conversion without ``set_epoch`` pasted into the stub: the check names that, and only
+    that. Then the line typed in: the check passes, its launches showing progress as they run."""
     page = open_notebook(browser, exercises_lab, "05_ddp.ipynb")
     try:
         run_all_cells(page)
@@ -520,8 +519,8 @@ def test_learners_edition_conversion_done_wrong_then_right(browser, exercises_la
                 "01_single_device.ipynb", "train_single.py").rstrip()), "the stub: lesson 01's"
         unconverted = cell_output(page, check)
         screenshot(page, check, "05_exercise1_not_ddp_yet.png")
-        assert "ExerciseNotDone" in unconverted and "each wrote the checkpoint" in unconverted, (
-            unconverted)
+        assert "ExerciseNotDone" in unconverted and "never calls dist.init_process_group" in (
+            unconverted), unconverted
         # Every cell ran (wait_until_all_cells_ran), those after the check too: it stopped
         # nothing. It is the one error of the notebook.
         assert len(error_outputs(page, expected=True)) == 1
