@@ -25,7 +25,6 @@ from pathlib import Path
 import torch
 
 import ddp_lib
-from course_helpers import SmallCNN, cifar10
 from ddp_lib import scripts
 from ddp_lib.launching.result import LaunchError, LaunchResult
 
@@ -222,6 +221,8 @@ def _checkpoint_mistakes(script: Path, result: LaunchResult, setting: Setting,
     if any(key.startswith("module.") for key in state):
         return [*mistakes, "The checkpoint's keys start with 'module.', the DDP wrapper's: save "
                 "model.module.state_dict(), which lesson 01's SmallCNN loads as it is."]
+    from course_helpers import SmallCNN  # here: it imports torchvision, 3 s on 2 cores
+
     model = SmallCNN()
     model.load_state_dict(state)
     if not same_weights:
@@ -246,6 +247,7 @@ def _saver_mistakes(result: LaunchResult) -> list[str]:
 
 def _accuracy(script: Path, model: torch.nn.Module, samples: int) -> float:
     """The model's accuracy on the test samples, prepared by the script's own ``as_tensors``."""
+    from course_helpers import cifar10
     test_set = scripts.load_module(script).as_tensors(cifar10(train=False), samples)
     images, labels = test_set.tensors
     with torch.no_grad():
