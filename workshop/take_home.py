@@ -31,7 +31,8 @@ ALSO_NEEDS = {"init_methods.py": {"psutil"}, "mpi4py_group.py": {"mpi4py"}}
 
 
 def lesson_scripts(notebooks: Path = NOTEBOOKS) -> dict[str, tuple[str, str]]:
-    """Every script a lesson writes with ``%%write_script``: name -> (lesson, text), in order.
+    """Every script a lesson writes with ``%%write_script`` (an exercise's solution is no lesson
+    script): name -> (lesson, text), in order.
 
     A later lesson that writes an earlier lesson's script again writes the same text (the
     lessons take it from that notebook, ``scripts.from_notebook``); two different texts under
@@ -42,6 +43,8 @@ def lesson_scripts(notebooks: Path = NOTEBOOKS) -> dict[str, tuple[str, str]]:
         for cell in nbformat.read(path, as_version=4).cells:
             first, _, body = cell.source.partition("\n")
             if cell.cell_type != "code" or first.split()[:1] != [MAGIC]:
+                continue
+            if "solution" in cell.metadata.get("tags", []):  # a learner's answer, not a lesson's
                 continue
             name = first.split()[1]
             if name in found and scripts.normalised(found[name][1]) != scripts.normalised(body):
