@@ -3,7 +3,7 @@ wrong with it. A check is not a solution: it stays in the learners' edition, and
 the learner's own run did.
 
 A check launches the script with ``ddp_lib.launch``, as the course launches its own, and with
-one addition, shown in the printed command: ``check_site/`` on the ranks' ``PYTHONPATH``, whose
+one addition, in the ranks' environment: ``check_site/`` on their ``PYTHONPATH``, whose
 ``sitecustomize`` records which samples each batch drew, who saved which file, and whether the
 process group was still open at exit. It changes nothing the ranks compute. The rest comes from
 what lesson 01's script already reports (``report``, ``report_weights``) and from its checkpoint.
@@ -127,7 +127,7 @@ def ddp_conversion(script: str | os.PathLike, setting: Setting = Setting(),
             "every rank closed its process group",
             f"{setting.nproc} processes with batch {setting.batch_size} trained like one process "
             f"with batch {setting.nproc * setting.batch_size} (weights within {gap:.0e})"]
-    print("\n".join(f"  ✓ {line}" for line in held))
+    _verdict(str(script), [], held)
 
 
 def _runs() -> Path:
