@@ -38,6 +38,9 @@ WRONG = {
         ["Every rank trained on the same samples", "give the training DataLoader a "
          "DistributedSampler"]),
     "no set_epoch": ([(SET_EPOCH, None)], ["call sampler.set_epoch(epoch)"]),
+    "no shuffle": (
+        [("DistributedSampler(train_set)", "DistributedSampler(train_set, shuffle=False)")],
+        ["in the data set's order", "leave DistributedSampler's shuffle on"]),
     "no DDP wrapper": (
         [(WRAP, "model = SmallCNN().to(device)"), ("model.module", "model")],
         ["The ranks ended with different weights", "wrap the model in DistributedDataParallel"]),

@@ -191,8 +191,13 @@ def _data_mistakes(result: LaunchResult, setting: Setting) -> list[str]:
     if covered < n:
         mistakes.append(f"Epoch 0 trained on {covered} of the {n} training samples: each must go "
                         "to exactly one rank, as DistributedSampler does.")
+    in_order = [rank for rank, epochs in drawn.items() if epochs[0] == sorted(epochs[0])]
     same = [rank for rank, epochs in drawn.items() if epochs[1] == epochs[0]]
-    if same:
+    if in_order:
+        mistakes.append(f"Rank {in_order[0]} drew its samples in the data set's order: leave "
+                        "DistributedSampler's shuffle on (its default), and call "
+                        "sampler.set_epoch(epoch) every epoch for a new order.")
+    elif same:
         mistakes.append(f"Rank {same[0]} drew its samples in the same order in every epoch: call "
                         "sampler.set_epoch(epoch) at the start of each epoch, since "
                         "DistributedSampler shuffles with its seed + epoch.")
