@@ -4,9 +4,9 @@ sentence, and the right one passes. Real launches, on Gloo.
 
 Each wrong version is lesson 05's ``train_ddp.py`` (the right conversion, from the course's own
 notebook) with one edit a learner makes; the edit must still apply, or the test says so. Their
-launches run in the sweep (``make test-browser``), about 15 s each on 2 cores; ``make test`` runs
-the right version through lesson 05's own check cell, and the answer checks here, which launch
-nothing but in lessons 00 and 07.
+launches, and the right version's, run in the sweep (``make test-browser``, which also runs
+lesson 05's own check cell in JupyterLab), about 15 s each on 2 cores. ``make test`` runs the
+answer checks, which launch nothing but in lessons 00 and 07 (those tests are in the sweep too).
 """
 
 from __future__ import annotations
