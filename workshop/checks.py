@@ -105,7 +105,7 @@ def ddp_conversion(script: str | os.PathLike, setting: Setting = Setting(),
     several, failure = _launch(script, setting, setting.nproc, folder, timeout)
     if failure:  # what the ranks did before it may say why
         raise ExerciseNotDone(script, [failure, *_saver_mistakes(several)])
-    mistakes = _mistakes(script, several, setting, folder / "several.pt")
+    mistakes = _mistakes(several, setting, folder / "several.pt")
     if mistakes:
         raise ExerciseNotDone(script, mistakes)
     _, failure = _launch(script, setting, 1, folder, timeout)
@@ -151,7 +151,7 @@ def _launch(script: Path, setting: Setting, nproc: int, folder: Path,
         return error.result, "\n    ".join(said)
 
 
-def _mistakes(script: Path, result: LaunchResult, setting: Setting, checkpoint: Path) -> list[str]:
+def _mistakes(result: LaunchResult, setting: Setting, checkpoint: Path) -> list[str]:
     """The mistakes one run of ``setting.nproc`` processes shows, each as one sentence."""
     missing = [name for name in ("step_loss", "train_loss", "test_accuracy", "weights_sum")
                if not result.records(name)]
@@ -160,7 +160,7 @@ def _mistakes(script: Path, result: LaunchResult, setting: Setting, checkpoint: 
                 "report_weights(...) lines, which this check reads."]
     drifted = _weight_mistakes(result)
     return [*_data_mistakes(result, setting), *drifted,
-            *_checkpoint_mistakes(script, result, setting, checkpoint, not drifted),
+            *_checkpoint_mistakes(result, setting, checkpoint, not drifted),
             *_loss_mistakes(result, setting), *_exit_mistakes(result)]
 
 
@@ -214,7 +214,7 @@ def _weight_mistakes(result: LaunchResult) -> list[str]:
             "every step averages the gradients of all ranks."]
 
 
-def _checkpoint_mistakes(script: Path, result: LaunchResult, setting: Setting,
+def _checkpoint_mistakes(result: LaunchResult, setting: Setting,
                          checkpoint: Path, same_weights: bool) -> list[str]:
     """Who saved, what, and (where every rank holds the saved model) whether the reported
     accuracy is the saved model's."""
@@ -233,8 +233,9 @@ def _checkpoint_mistakes(script: Path, result: LaunchResult, setting: Setting,
     if not same_weights:
         return mistakes
     reported = result.metric("test_accuracy", 0)[-1][1]
-    scored = _accuracy(script, model, setting.test_samples)
-    if abs(reported - scored) > 1e-9:
+    scored = _accuracy(model, setting.test_samples)
+    # One sample of slack: a GPU rank's argmax may break a near tie otherwise than this CPU's.
+    if abs(reported - scored) > 1.5 / setting.test_samples:
         mistakes.append(f"Rank 0 reported a test accuracy of {reported:.4f} after the last "
                         f"epoch, but the saved model scores {scored:.4f} on the "
                         f"{setting.test_samples} test samples: add up the correct answers and "
@@ -250,11 +251,15 @@ def _saver_mistakes(result: LaunchResult) -> list[str]:
             "system they write one file at the same time; save on rank 0 only (if rank == 0:)."]
 
 
-def _accuracy(script: Path, model: torch.nn.Module, samples: int) -> float:
-    """The model's accuracy on the test samples, prepared by the script's own ``as_tensors``."""
+def _accuracy(model: torch.nn.Module, samples: int) -> float:
+    """The model's accuracy on the test samples, prepared by lesson 01's own ``as_tensors``: the
+    course's copy, run with no ``__main__``, since the learner's file may run code when imported."""
     from course_helpers import cifar10
-    test_set = scripts.load_module(script).as_tensors(cifar10(train=False), samples)
-    images, labels = test_set.tensors
+
+    lesson_01: dict = {"__name__": "train_single"}
+    text = scripts.cell_text("01_single_device.ipynb", "train_single.py")
+    exec(compile(text, "train_single.py", "exec"), lesson_01)  # noqa: S102 - the course's own text
+    images, labels = lesson_01["as_tensors"](cifar10(train=False), samples).tensors
     with torch.no_grad():
         return (model.eval()(images).argmax(1) == labels).float().mean().item()
 
