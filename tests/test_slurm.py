@@ -357,7 +357,7 @@ def test_lesson_10_script_runs_unchanged_under_srun_and_mpiexec(slurm: dict[str,
     # srun --mpi=pmi2 adds PMI_RANK and PMI_SIZE, no local rank: Slurm's variables still win.
     pmi2 = probes(text, "Slurm")
     assert sorted(pmi2) == [0, 1] and pmi2[1]["mapped"] == [1, 2, 0, 1], text
-    assert pmi2[1]["seen"] == lesson_10_environment("srun_pmi2"), text  # exercise 1's
+    assert pmi2[1]["seen"] == lesson_10_environment("environment"), text  # exercise 1's
     # mpiexec in a Slurm job: Hydra starts one helper per node with srun, so every rank also
     # sees SLURM_PROCID, its node's index; MPICH's variables come first and name the rank.
     ranks = probes(text, "MPICH")
