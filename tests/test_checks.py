@@ -236,3 +236,69 @@ def test_lesson_07s_check_names_each_mistake_of_real_launches(tmp_path):
     check_says(checks.fp16_on_cpu, fp16, skipped, 1.0, said="the last 'loss_scale'")
     bf16 = launched(script, 2, tmp_path, [*common, "--precision", "bf16"])
     check_says(checks.fp16_on_cpu, bf16, 0, 1.0, said="with --precision bf16: launch")
+
+
+def without_set_epoch(text: str) -> str:
+    return "".join(line for line in text.splitlines(keepends=True) if SET_EPOCH not in line)
+
+
+@pytest.mark.parametrize(("edit", "said"), [
+    (None, "There is no"),
+    (lambda text: text, "still has set_epoch( in `sampler.set_epoch(epoch)"),
+    (lambda text: without_set_epoch(text).replace("momentum=0.9", "momentum=0.8"),
+     "changes more than the code with set_epoch( (`optimizer = "),
+    (lambda text: without_set_epoch(text) + "print('done')\n", "changes more than"),
+])
+def test_a_homework_copy_that_changes_too_little_or_too_much_is_named(tmp_path, edit, said):
+    original = scripts.write_script("train_ddp.py", scripts.cell_text(
+        "05_ddp.ipynb", "train_ddp.py"), directory=tmp_path)
+    copy = tmp_path / "train_ddp_no_set_epoch.py"
+    if edit is not None:
+        copy.write_text(edit(original.read_text()))
+    check_says(checks.copy_without, copy, original, "set_epoch(", exercise="Exercise 3",
+               said=said)
+
+
+@pytest.mark.parametrize("edit", [
+    without_set_epoch,
+    lambda text: text.replace(f"        {SET_EPOCH}", f"        # {SET_EPOCH}"),  # commented out
+])
+def test_a_homework_copy_without_the_line_passes(tmp_path, capsys, edit):
+    original = scripts.write_script("train_ddp.py", scripts.cell_text(
+        "05_ddp.ipynb", "train_ddp.py"), directory=tmp_path)
+    copy = tmp_path / "train_ddp_no_set_epoch.py"
+    copy.write_text(edit(original.read_text()))
+    checks.copy_without(copy, original, "set_epoch(", exercise="Exercise 3")
+    assert "✓ train_ddp_no_set_epoch.py is train_ddp.py without its set_epoch(" in (
+        capsys.readouterr().out)
+
+
+@pytest.mark.parametrize(("lesson", "original", "copy", "gone"), [
+    ("01_single_device.ipynb", "train_single.py", "train_single_one_thread.py", "set_num_threads("),
+    ("05_ddp.ipynb", "train_ddp.py", "train_ddp_no_set_epoch.py", "set_epoch("),
+    ("05_ddp.ipynb", "train_ddp_resume.py", "train_ddp_resume_no_optimizer.py", '"optimizer"'),
+    ("00_setup.ipynb", "hello_allreduce.py", "hello_allreduce_max.py", "ReduceOp.SUM"),
+])
+def test_the_courses_homework_copies_pass_their_checks(tmp_path, lesson, original, copy, gone):
+    """The solutions the course runs pass the checks that stay in the learners' edition, and
+    the stub (the lesson's script, unchanged) does not."""
+    start = scripts.write_script(original, scripts.cell_text(lesson, original), directory=tmp_path)
+    solved = scripts.write_script(copy, scripts.cell_text(lesson, copy), directory=tmp_path)
+    checks.copy_without(solved, start, gone, exercise="Exercise")
+    stub = scripts.write_script(copy, start.read_text(), directory=tmp_path)
+    check_says(checks.copy_without, stub, start, gone, exercise="Exercise", said="still has")
+
+
+def test_lesson_04s_copy_may_make_rank_1_late_and_nothing_else(tmp_path):
+    start = scripts.write_script("store_demo.py", scripts.cell_text(
+        "04_init_methods.ipynb", "store_demo.py"), directory=tmp_path)
+    solved = scripts.write_script("store_demo_early_exit.py", scripts.cell_text(
+        "04_init_methods.ipynb", "store_demo_early_exit.py"), directory=tmp_path)
+    late = ("if rank == 1", "time.sleep(")
+    gone = 'while store.add("done", 0)'
+    checks.copy_without(solved, start, gone, exercise="Exercise 4", allowed=late)
+    check_says(checks.copy_without, solved, start, gone, exercise="Exercise 4",
+               said="changes more than", allowed=())
+    solved.write_text(solved.read_text().replace("seconds=30", "seconds=5"))
+    check_says(checks.copy_without, solved, start, gone, exercise="Exercise 4",
+               said="changes more than", allowed=late)

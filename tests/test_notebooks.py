@@ -11,6 +11,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from workshop.exercises import leaning_on_solutions
+
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 KEEP_OUTPUT = "nbval-check-output"
 SOLUTION = "solution"
@@ -63,15 +65,15 @@ def test_has_the_shape_of_a_lesson(path):
 def exercises(path: Path) -> dict[int, str]:
     """Each exercise's number and how it is answered: "code", "thought" or "prose".
 
-    The convention: an exercise is a Markdown cell of the Exercises section that starts a line
-    with its bold number (`**2.**`), one exercise per cell. Its solution is the code cell right
+    The convention: an exercise is a Markdown cell that starts a line with its bold number
+    (`**2.**`), one exercise per cell, numbered in the lesson's order: at the end of the section
+    that teaches its idea, or in the Exercises section. Its solution is the code cell right
     after it, tagged `solution` (the explanation may stay in the exercise's cell, folded); a
     question that needs no code says so with the THOUGHT summary instead.
     """
     all_cells = cells(path)
-    start = next(i for i, c in enumerate(all_cells) if "## Exercises" in text(c))
     found: dict[int, str] = {}
-    for i, cell in enumerate(all_cells[start:], start):
+    for i, cell in enumerate(all_cells):
         if cell["cell_type"] != "markdown":
             continue
         numbers = [int(n) for n in EXERCISE.findall(text(cell))]
@@ -112,22 +114,26 @@ def test_every_solution_cell_follows_an_exercise(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_no_lesson_code_runs_after_a_solution(path):
-    """The solutions come last: after a lesson's first solution, every code cell is a solution.
-
-    So the learners' edition, where each solution is a stub that does nothing, runs the lesson's
-    own cells exactly as the course does, and nothing in the lesson can depend on what a solution
-    computed. The course's own run (nbval, JupyterLab) then covers the edition too, which is why
-    CI does not run the edition's twelve lessons a second time.
+def test_lesson_code_reads_nothing_a_solution_set(path):
+    """Exercises sit where their idea is taught, so lesson code runs after solutions; in the
+    learners' edition each solution is a stub that sets nothing, so no lesson cell may read
+    what a solution set. The course's own run (nbval, JupyterLab) then covers the edition too;
+    the one-day edition's Run All in JupyterLab runs the stubs themselves.
     """
-    solved = False
-    for i, cell in enumerate(cells(path)):
-        tags = cell.get("metadata", {}).get("tags", [])
-        is_solution = SOLUTION in tags
-        solved = solved or is_solution
-        exercise_code = is_solution or "check" in tags  # a check runs the learner's solution
-        assert not (solved and cell["cell_type"] == "code" and not exercise_code), (
-            f"{path.name} cell {i}: lesson code after a solution; move it above the exercises")
+    assert not leaning_on_solutions(nbformat.read(path, as_version=4)), path.name
+
+
+def test_a_lesson_cell_reading_a_solutions_name_is_named():
+    course = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("n = 2"),
+        nbformat.v4.new_code_cell("# Solution to exercise 1\nn, total = 3, 6",
+                                  metadata={"tags": [SOLUTION]}),
+        nbformat.v4.new_code_cell("checks.sum_to(total)", metadata={"tags": ["check"]}),
+        nbformat.v4.new_code_cell("print(n * 2)"),
+        nbformat.v4.new_code_cell("n = 4\nprint(n)"),
+    ])
+    assert leaning_on_solutions(course) == [
+        "cell 3 reads n, last set by '# Solution to exercise 1'"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

@@ -265,23 +265,6 @@ def test_a_tracks_edition_keeps_its_sections_in_order_and_appends_the_rest(track
 def test_what_a_track_runs_needs_nothing_from_its_appendix(track_edition):
     """No cell Run All runs uses a name that only the appendix's cells define: a core section
     that leans on an optional one would fail in the track's edition."""
-    from IPython.core.inputtransformer2 import TransformerManager
-
-    python = TransformerManager().transform_cell  # %magics and !commands as Python calls
-
-    def defined_and_used(text: str) -> tuple[set[str], set[str]]:
-        defined, used = set(), set()
-        for node in ast.walk(ast.parse(python(text))):
-            if isinstance(node, ast.Name):
-                (used if isinstance(node.ctx, ast.Load) else defined).add(node.id)
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                defined.add(node.name)
-            elif isinstance(node, ast.arg):
-                defined.add(node.arg)
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                defined |= {(a.asname or a.name).split(".")[0] for a in node.names}
-        return defined, used
-
     track, notebooks = track_edition
     for name, notebook in notebooks.items():
         split = appendix_start(notebook)
@@ -289,13 +272,13 @@ def test_what_a_track_runs_needs_nothing_from_its_appendix(track_edition):
         needs: list[tuple[int, set[str]]] = []
         for index, cell in enumerate(notebook.cells[:split]):
             if cell.cell_type == "code":
-                defined, used = defined_and_used(cell.source)
+                defined, used = exercises.names(cell.source)
                 needs.append((index, used - ran - defined))
                 ran |= defined
         only_appendix = set()
         for cell in notebook.cells[split:]:
             with contextlib.suppress(SyntaxError):
-                only_appendix |= defined_and_used(cell.source)[0]
+                only_appendix |= exercises.names(cell.source)[0]
         only_appendix -= ran
         for index, missing in needs:
             assert not missing & only_appendix, (

@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -445,3 +446,30 @@ def fsdp_gpus(fsdp_gpus, ddp_gpus, parameters: int = 24 * (16384 * 16384 + 16384
     _verdict("Exercise 1", mistakes, [f"FSDP: {right} GPUs, {total / right / 1e9:.1f} GB each",
                                       f"DDP: {total / 1e9:.0f} GB on every GPU, no number of "
                                       "them is enough"])
+
+
+def copy_without(copy: str | os.PathLike, original: str | os.PathLike, gone: str, *,
+                 exercise: str, allowed: tuple[str, ...] = ()) -> None:
+    """A homework's first step: a copy of a lesson's script, under a name of its own, without the
+    code that holds ``gone`` and with nothing else changed, so that the run after it shows what
+    that code alone does. A line with ``gone`` may stay as a comment, the lines of its block go
+    with it, lines may take its place, and lines with one of ``allowed`` may be added."""
+    copy, original = Path(copy), Path(original)
+    if not copy.exists():
+        raise ExerciseNotDone(exercise, [f"There is no {copy}: run the cell that writes it "
+                                         f"(%%write_script {copy.name}) first."])
+    code = [line.strip() for line in copy.read_text(encoding="utf-8").splitlines()
+            if gone in line.partition("#")[0]]
+    mistakes = [f"{copy.name} still has {gone} in `{line}`: take it out." for line in code]
+    others = []  # per change of the diff: one that takes out `gone` is the exercise's
+    for hunk in re.split(r"^@@.*\n", scripts.diff(original, copy, context=0), flags=re.M)[1:]:
+        removed = [line[1:] for line in hunk.splitlines() if line.startswith("-")]
+        added = [line[1:].strip() for line in hunk.splitlines() if line.startswith("+")]
+        added = [line for line in added if not any(text in line for text in allowed)]
+        if not any(gone in line for line in removed):
+            others += [line.strip() for line in removed if line.strip()] + added
+    if others:
+        mistakes.append(f"{copy.name} changes more than the code with {gone} (`{others[0]}`): "
+                        f"keep the rest of {original.name} as it is, so that the run compares "
+                        "that change alone.")
+    _verdict(exercise, mistakes, [f"{copy.name} is {original.name} without its {gone}"])

@@ -24,6 +24,7 @@ build/exercises, or build/exercises-NAME for a track).
 from __future__ import annotations
 
 import argparse
+import ast
 import copy
 import re
 import sys
@@ -51,6 +52,48 @@ def is_solution(cell: dict) -> bool:
 def source(cell: dict) -> str:
     text = cell["source"]
     return text if isinstance(text, str) else "".join(text)  # nbformat: str; raw JSON: lines
+
+
+def names(code: str) -> tuple[set[str], set[str]]:
+    """The names a cell's code defines and the names it reads (``%magics`` read as the calls
+    IPython makes of them)."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    defined, used = set(), set()
+    for node in ast.walk(ast.parse(TransformerManager().transform_cell(code))):
+        if isinstance(node, ast.Name):
+            (used if isinstance(node.ctx, ast.Load) else defined).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, ast.arg):
+            defined.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            defined |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return defined, used
+
+
+def leaning_on_solutions(notebook: dict) -> list[str]:
+    """The lesson cells that read a name whose value a solution set: one line each.
+
+    An exercise sits in the section that teaches its idea, so lesson code follows solutions.
+    In the learners' edition a solution is a stub that defines nothing, so a lesson cell may
+    read no name whose last writer, when the course runs top to bottom, is a solution.
+    """
+    written_by: dict[str, str] = {}  # name -> "lesson" or the solution's first line
+    said = []
+    for index, cell in enumerate(notebook["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        defined, used = names(source(cell))
+        if is_solution(cell):
+            written_by |= dict.fromkeys(defined, source(cell).partition("\n")[0])
+            continue
+        if CHECK not in cell["metadata"].get("tags", []):  # a check reads the answers
+            leaning = sorted(n for n in used - defined if written_by.get(n, "lesson") != "lesson")
+            said += [f"cell {index} reads {name}, last set by '{written_by[name]}'"
+                     for name in leaning]
+        written_by |= dict.fromkeys(defined, "lesson")
+    return said
 
 
 def stub(solution: dict, exercise: dict) -> dict:
