@@ -8,9 +8,10 @@ one addition, in the ranks' environment: ``check_site/`` on their ``PYTHONPATH``
 process group was still open at exit. It changes nothing the ranks compute. The rest comes from
 what lesson 01's script already reports (``report``, ``report_weights``) and from its checkpoint.
 
-``ddp_conversion`` checks lesson 05's exercise: lesson 01's script made into DDP. The others
-check an answer the learner puts in named variables (the stub leaves them ``...``), and name the
-usual wrong answers; what is right is in the check's code, as an answer key.
+``ddp_conversion`` checks lesson 05's exercise: lesson 01's script made into DDP. The answer
+checks read an answer the learner puts in named variables (the stub leaves them ``...``), and
+name the usual wrong answers; what is right is in the check's code, as an answer key.
+``copy_without`` checks the first step of a homework that changes a lesson's script in a copy.
 """
 
 from __future__ import annotations
