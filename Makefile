@@ -30,16 +30,19 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 # requirements.txt is the one list of pins; these filters make the lists that leave some out.
 PINS_BUT_TORCH := grep -vE '^(\#|(torch|torchvision)==)' requirements.txt
 # What a learner does not need to run the course: torch (the node's own), test, lint, browser.
-NOT_FOR_LEARNERS := torch torchvision nbval pytest pytest-timeout pytest-xdist playwright ruff
+NOT_FOR_LEARNERS := torch torchvision nbval pytest pytest-timeout pytest-xdist playwright ruff \
+	sphinx myst-nb sphinx-book-theme
 LEARNER_PINS := grep -vE "^(\#|($$(echo $(NOT_FOR_LEARNERS) | tr ' ' '|'))==)" requirements.txt
 
-.PHONY: help setup lab lab-exercises run test test-browser lint browser bench compat wheelhouse exercises take-home schedule clean
+.PHONY: help setup lab lab-exercises run book test test-browser lint browser bench compat wheelhouse exercises take-home schedule clean
 
 help:
 	@echo "make setup   create the shared packages' environment ($(VENV)) and this clone's .venv"
 	@echo "make lab     open the course in JupyterLab"
 	@echo "make lab-exercises [TRACK=one-day]   build the learners' edition and open it in JupyterLab"
+	@echo "make lab LESSON=05_ddp.ipynb   open JupyterLab on one lesson"
 	@echo "make run     execute every notebook headless into build/ (notebooks and HTML pages)"
+	@echo "make book    the course as a site, every output in place, in build/book/ (runs what make run has not)"
 	@echo "make test    lint, unit tests, every notebook once: a representative set in JupyterLab, the rest through nbval"
 	@echo "make test-browser  the long sweep: every other notebook in JupyterLab, repeated launches"
 	@echo "make bench   benchmarks: launch overhead, all-reduce bandwidth, training, FSDP2 vs DDP (docs/benchmarks.md)"
@@ -119,13 +122,14 @@ endif
 # own settings folder, which the learner's settings still override.
 LAB_ARGS ?=
 EDITION ?= course
+LESSON ?=  # e.g. 05_ddp.ipynb: JupyterLab opens with that lesson (the site's pages say so)
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
 lab: setup $(if $(filter exercises,$(EDITION)),exercises)
 	@case "$(EDITION)" in course|exercises) ;; *) echo "EDITION is course or exercises"; exit 2;; esac
 	mkdir -p "$(dir $(LAB_SETTINGS))"
 	cp workshop/lab-settings.json "$(LAB_SETTINGS)"
 	cd $(if $(filter exercises,$(EDITION)),$(EXERCISES)/notebooks,notebooks) && \
-		"$(BIN)/jupyter" lab --LabApp.news_url=None \
+		"$(BIN)/jupyter" lab $(LESSON) --LabApp.news_url=None \
 		--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
 		$(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
@@ -140,6 +144,11 @@ run: setup
 	@echo
 	@echo "Executed notebooks: $(CURDIR)/build/notebooks/"
 	@echo "HTML pages:         $(CURDIR)/build/html/"
+
+# The course as a site for reading (workshop/book.py): build/notebooks/ as make run writes it,
+# a lesson executed only where it has no run of its current cells there, then Sphinx with MyST-NB.
+book: setup
+	"$(BIN)/python" -m workshop.book
 
 lint: setup
 	"$(BIN)/ruff" check .
@@ -164,12 +173,13 @@ browser:
 # Tests use the generated data set at the small size: deterministic on any machine, no network.
 # make test is what a contributor waits on (9 minutes on 2 cores): lint, the unit tests, the real
 # launches, and lesson 03 and the stop button in JupyterLab (tests/e2e says why those). CI then
-# runs test-browser, the long sweep: every other notebook in JupyterLab, the one-day track's
-# edition Run All in JupyterLab (its time per lesson goes to build/one-day-run-all.json), an
-# exercise done in the learners' edition, the tests marked `sweep` (20 launches in a row, Slurm,
+# runs test-browser, the long sweep: every other notebook in JupyterLab (each run saved to
+# build/notebooks/, from which the site, make book, is built and opened page by page), the
+# one-day track's edition Run All in JupyterLab (its time per lesson goes to
+# build/one-day-run-all.json), an exercise done in the learners' edition, the tests marked `sweep` (20 launches in a row, Slurm,
 # two-node variants), and the take-home folder's tests on the oldest supported torch (make compat,
 # below: its own environment). The full learners' edition is not run again: its lessons' cells are
-# the course's, every solution comes after them (tests/test_notebooks.py), and its stubs do nothing.
+# the course's, none reads what a solution set (tests/test_notebooks.py), and its stubs do nothing.
 # make test LESSONS=notebooks/05_ddp.ipynb adds lessons, under nbval.
 LESSONS ?=
 test test-browser: export DDP_WORKSHOP_DATASET ?= synthetic

@@ -40,7 +40,7 @@ from conftest import processes_mentioning, wait_until_gone
 
 from ddp_lib import scripts
 from ddp_lib.launching.launcher import free_ports
-from workshop import exercises, schedule
+from workshop import book, exercises, schedule
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path(os.environ.get("DDP_WORKSHOP_CHROMIUM", "/usr/bin/chromium"))
@@ -273,8 +273,23 @@ def test_notebook_runs_in_jupyterlab(browser, lab, notebook):
 
         if notebook.name.startswith("03_"):
             check_ring_stepper(page)
+        save_executed(page, lab, notebook.name)
     finally:
         close(page)
+
+
+def save_executed(page, lab, name: str) -> None:
+    """This run of a lesson, every output in it, into build/notebooks/, where ``make run`` writes
+    its own: the site (``make book``, tests/e2e/test_site.py) is built from them, so that CI does
+    not execute the course twice. Only a run that passed the checks above is saved, whole or not
+    at all."""
+    page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+    page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty",
+                           timeout=60_000)
+    book.EXECUTED.mkdir(parents=True, exist_ok=True)
+    partial = book.EXECUTED / f".{name}.partial"
+    shutil.copy(Path(lab["root"]) / name, partial)
+    partial.replace(book.EXECUTED / name)
 
 
 @pytest.mark.sweep
