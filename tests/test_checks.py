@@ -302,3 +302,33 @@ def test_lesson_04s_copy_may_make_rank_1_late_and_nothing_else(tmp_path):
     solved.write_text(solved.read_text().replace("seconds=30", "seconds=5"))
     check_says(checks.copy_without, solved, start, gone, exercise="Exercise 4",
                said="changes more than", allowed=late)
+
+
+OVERFLOW = "        if rank == 1 and step == 5:\n            images[0, 0, 0, 0] = 1e5\n"
+
+
+@pytest.mark.parametrize(("edit", "said"), [
+    (None, "There is no"),
+    (lambda text: text, "has no code with 1e5 yet"),
+    (lambda text: text + "# images[0, 0, 0, 0] = 1e5\n", "has no code with 1e5 yet"),
+    (lambda text: text.replace("import time\n", "") + OVERFLOW, "takes out `import time`"),
+])
+def test_a_homework_copy_that_adds_nothing_or_takes_out_code_is_named(tmp_path, edit, said):
+    original = scripts.write_script("train_amp.py", scripts.cell_text(
+        "07_mixed_precision.ipynb", "train_amp.py"), directory=tmp_path)
+    copy = tmp_path / "train_amp_overflow.py"
+    if edit is not None:
+        copy.write_text(edit(original.read_text()))
+    check_says(checks.copy_adding, copy, original, "1e5", exercise="Exercise 3", said=said)
+
+
+@pytest.mark.parametrize(("lesson", "original", "copy", "added"), [
+    ("07_mixed_precision.ipynb", "train_amp.py", "train_amp_overflow.py", "1e5"),
+    ("08_scaling.ipynb", "train_scaling.py", "train_powersgd.py", "powersgd"),
+])
+def test_the_courses_added_to_copies_pass_their_checks(tmp_path, lesson, original, copy, added):
+    start = scripts.write_script(original, scripts.cell_text(lesson, original), directory=tmp_path)
+    solved = scripts.write_script(copy, scripts.cell_text(lesson, copy), directory=tmp_path)
+    checks.copy_adding(solved, start, added, exercise="Exercise")
+    stub = scripts.write_script(copy, start.read_text(), directory=tmp_path)
+    check_says(checks.copy_adding, stub, start, added, exercise="Exercise", said="has no code")

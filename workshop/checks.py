@@ -474,3 +474,23 @@ def copy_without(copy: str | os.PathLike, original: str | os.PathLike, gone: str
                         f"keep the rest of {original.name} as it is, so that the run compares "
                         "that change alone.")
     _verdict(exercise, mistakes, [f"{copy.name} is {original.name} without its {gone}"])
+
+
+def copy_adding(copy: str | os.PathLike, original: str | os.PathLike, added: str, *,
+                exercise: str) -> None:
+    """A homework's first step: a copy of a lesson's script, under a name of its own, with code
+    that holds ``added`` and nothing of the original taken out (lines may change)."""
+    copy, original = Path(copy), Path(original)
+    if not copy.exists():
+        raise ExerciseNotDone(exercise, [f"There is no {copy}: run the cell that writes it "
+                                         f"(%%write_script {copy.name}) first."])
+    code = [line for line in copy.read_text(encoding="utf-8").splitlines()
+            if added in line.partition("#")[0]]
+    mistakes = [] if code else [f"{copy.name} has no code with {added} yet: add it."]
+    for hunk in re.split(r"^@@.*\n", scripts.diff(original, copy, context=0), flags=re.M)[1:]:
+        removed = [line[1:].strip() for line in hunk.splitlines() if line.startswith("-")]
+        if removed and not any(line.startswith("+") for line in hunk.splitlines()):
+            mistakes.append(f"{copy.name} takes out `{removed[0]}`: the exercise adds to "
+                            f"{original.name}, and keeps what it has.")
+            break
+    _verdict(exercise, mistakes, [f"{copy.name} is {original.name} with {added}"])
