@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from workshop.exercises import leaning_on_solutions
+from workshop.exercises import leaning_on_solutions, names
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 KEEP_OUTPUT = "nbval-check-output"
@@ -121,6 +121,22 @@ def test_lesson_code_reads_nothing_a_solution_set(path):
     the one-day edition's Run All in JupyterLab runs the stubs themselves.
     """
     assert not leaning_on_solutions(nbformat.read(path, as_version=4)), path.name
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_a_solution_reads_nothing_defined_below_it(path):
+    """An exercise sits in the section that teaches its idea, above the lesson's later cells:
+    its solution may use only what the cells above it define."""
+    code = [cell for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "code"]
+    found = [names(cell.source) for cell in code]
+    for index, cell in enumerate(code):
+        if SOLUTION not in cell.metadata.get("tags", []):
+            continue
+        above = set().union(*(defined for defined, _ in found[:index]))
+        below = set().union(*(defined for defined, _ in found[index + 1:]))
+        defined, used = found[index]
+        early = (used - defined - above) & below
+        assert not early, f"{path.name}: {cell.source.splitlines()[0]} reads {sorted(early)}"
 
 
 def test_a_lesson_cell_reading_a_solutions_name_is_named():

@@ -540,8 +540,8 @@ def test_learners_edition_conversion_done_wrong_then_right(browser, exercises_la
         # nothing. The other errors are the homework checks under their untouched stubs.
         errors = error_outputs(page, expected=True)
         assert len(errors) == 3 and all(e.startswith("ExerciseNotDone: ") for e in errors), errors
-        assert "Exercise 3" in errors[1] and "still has set_epoch(" in errors[1], errors
-        assert "Exercise 5" in errors[2] and 'still has "optimizer"' in errors[2], errors
+        assert "Exercise 5" in errors[1] and "still has set_epoch(" in errors[1], errors
+        assert "Exercise 6" in errors[2] and 'still has "optimizer"' in errors[2], errors
 
         # Wrong: the course's conversion without set_epoch, pasted over the stub.
         right = "%%write_script my_train_ddp.py\n" + scripts.cell_text(
