@@ -97,6 +97,13 @@ def site_links(text: str, page: str) -> str:
     return LINK.sub(keep, text)
 
 
+def is_progress_bar(output: nbformat.NotebookNode) -> bool:
+    """A launch's progress bar (a tqdm widget): the page keeps what the ranks printed, and a
+    bar's text, written when the bar appeared, says "0 lines" of a run that went on to finish."""
+    data = output.get("data", {})
+    return WIDGET in data and not WIDGET_REPR.match(data.get("text/plain", ""))
+
+
 def folded(text: str, summary: str) -> str:
     """Markdown behind a ``<details>`` fold, its heading left outside."""
     heading, _, body = text.partition("\n") if text.startswith("#") else ("", "", text)
@@ -127,7 +134,8 @@ def for_reading(notebook: nbformat.NotebookNode, course: Path, run: str,
                               "code_prompt_hide": f"Hide the {what}"}
         elif meta.get("jupyter", {}).get("source_hidden"):
             tags.append("hide-input")
-        for output in cell.get("outputs", []):
+        cell.outputs = [output for output in cell.get("outputs", []) if not is_progress_bar(output)]
+        for output in cell.outputs:
             if output.output_type == "stream":
                 output.text = scrubbed(output.text, machine)
             elif output.output_type == "error":  # its last line says what went wrong
@@ -135,7 +143,7 @@ def for_reading(notebook: nbformat.NotebookNode, course: Path, run: str,
                 output.traceback = [f"{output.ename}: {output.evalue}"]
             else:
                 data = output.get("data", {})
-                if data.pop(WIDGET, None) and WIDGET_REPR.match(data.get("text/plain", "")):
+                if data.pop(WIDGET, None):  # an ipywidget, as its text: VBox(children=(...
                     output.data = {"text/markdown": "*An interactive widget: it needs a live "
                                    "kernel. Run the lesson to use it.*"}
                     continue
