@@ -47,7 +47,7 @@ def test_an_error_keeps_its_last_line_and_no_output_keeps_this_machines_folders(
         nbformat.v4.new_output("stream", name="stdout", text="saved /home/someone/data/x.pt\n"),
     ])
     error, stream = read(lesson(failing)).cells[2].outputs
-    assert error.traceback == ["RankFailed: rank 1 failed in ddp-workshop/notebooks/scripts/x.py"]
+    assert error.traceback == ["RankFailed: rank 1 failed in scripts/x.py"]  # the lesson says so
     assert stream.text == "saved ~/data/x.pt\n"
 
 
@@ -83,12 +83,45 @@ def test_a_link_outside_the_site_becomes_the_name_of_what_it_pointed_to(page, te
     assert book.site_links(text, page) == expected
 
 
-def test_a_run_of_other_cells_is_not_current(tmp_path):
+def test_a_run_of_other_code_is_not_current_and_other_prose_is_the_courses(tmp_path):
     course = book.NOTEBOOKS / "02_data_parallel.ipynb"
     ran = nbformat.read(course, as_version=4)
+    code = next(cell for cell in ran.cells if cell.cell_type == "code")
+    code.outputs = [nbformat.v4.new_output("stream", name="stdout", text="ran\n")]
+    prose = next(cell for cell in ran.cells if cell.cell_type == "markdown")
+    prose.source = "# An older title"
     nbformat.write(ran, tmp_path / course.name)
     assert book.is_current(tmp_path / course.name, course)
-    ran.cells[3].source += "\nprint('edited')"
+    page = book.with_outputs(course, tmp_path / course.name)
+    assert page.cells[0].source.startswith("# 02 ·"), "the prose is the course's own"
+    assert next(c for c in page.cells if c.cell_type == "code").outputs[0].text == "ran\n"
+    code.source += "\nprint('edited')"
     nbformat.write(ran, tmp_path / course.name)
     assert not book.is_current(tmp_path / course.name, course)
     assert not book.is_current(tmp_path / "missing.ipynb", course)
+
+
+def test_a_failing_ranks_traceback_keeps_its_scripts_frames_only():
+    text = (
+        "[rank1] Traceback (most recent call last):\n"
+        '[rank1]   File "/tmp/pytest-of-root/lab0/notebooks/scripts/eval_on_rank0.py", line 43, '
+        "in <module>\n"
+        "[rank1]     dist.barrier()\n"
+        "[rank1]     ^^^^^^^^^^^^^^\n"
+        '[rank1]   File "/root/.cache/ddp-workshop/venv-py311-1a9e8134ff1e/lib/python3.11/'
+        'site-packages/torch/distributed/c10d_logger.py", line 83, in wrapper\n'
+        "[rank1]     return func(*args, **kwargs)\n"
+        "[rank1]            ^^^^^^^^^^^^^^^^^^^^^\n"
+        '[rank1]   File "/root/.cache/ddp-workshop/venv-py311-1a9e8134ff1e/lib/python3.11/'
+        'site-packages/torch/distributed/distributed_c10d.py", line 6364, in barrier\n'
+        "[rank1]     work = group.barrier(opts=opts)\n"
+        "[rank1] RuntimeError: Detected mismatch between collectives on ranks.\n"
+        "[rank0] done\n")
+    shown = book.short_tracebacks(book.scrubbed(text, MACHINE))
+    assert shown == (
+        "[rank1] Traceback (most recent call last):\n"
+        '[rank1]   File "scripts/eval_on_rank0.py", line 43, in <module>\n'
+        "[rank1]     dist.barrier()\n"
+        f"[rank1]   {book.LEFT_OUT}\n"
+        "[rank1] RuntimeError: Detected mismatch between collectives on ranks.\n"
+        "[rank0] done\n")

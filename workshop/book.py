@@ -5,7 +5,8 @@ and figures in place, the schedule, the measured figures, and on each page how t
 
 1. **Executed notebooks**, in ``build/notebooks/``, as ``make run`` writes them. A lesson whose
    executed copy holds the course's current cells is reused (CI's browser sweep saves each lesson
-   it runs there, so the course is not executed twice); any other is executed, headless.
+   it runs there, so the course is not executed twice); any other is executed, headless. Only
+   the code counts: the prose of each page comes from the course itself.
 2. **The site's sources**, in ``build/book-src/``: each lesson as a reader should see it
    (solutions and instructor notes folded, a traceback cut to its last line, no machine paths in
    the outputs, how to run the lesson at the top), and the reference pages from ``docs/``.
@@ -39,16 +40,33 @@ CONFIG = ROOT / "book"
 DOCS = ("schedule.md", "benchmarks.md", "how-it-works.md", "troubleshooting.md",
         "compatibility.md")  # the reference a reader needs; instructors and contributors read git
 LINK = re.compile(r"(?<!!)\[([^\]]+)\]\(([^)\s]+)\)")
+RANK_PREFIX = re.compile(r"(\[\w+\] )?(.*)", re.S)  # ddp_lib's "[rank1] " before a rank's line
+FRAME = re.compile(r'\s+File "([^"]+)", line \d+')  # a frame of a traceback, or of faulthandler
+LEFT_OUT = "(frames inside the installed packages left out)"
 WIDGET = "application/vnd.jupyter.widget-view+json"  # a view of a kernel's widget: none here
 WIDGET_REPR = re.compile(r"[A-Z]\w*\(")  # ipywidgets' text form: VBox(children=(...
 
 
+def code_cells(notebook: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
+    return [cell for cell in notebook.cells if cell.cell_type == "code"]
+
+
 def is_current(executed: Path, course: Path) -> bool:
-    """Whether ``executed`` is a run of the course's notebook as it is now: the same cells."""
+    """Whether ``executed`` is a run of the course's notebook as its code is now. The prose
+    does not change what a run printed: the site takes it from the course itself."""
     if not executed.exists():
         return False
-    ran, now = (nbformat.read(p, as_version=4).cells for p in (executed, course))
-    return [(c.cell_type, c.source) for c in ran] == [(c.cell_type, c.source) for c in now]
+    ran, now = (code_cells(nbformat.read(p, as_version=4)) for p in (executed, course))
+    return [c.source for c in ran] == [c.source for c in now]
+
+
+def with_outputs(course: Path, executed: Path) -> nbformat.NotebookNode:
+    """The course's notebook, each code cell with what it printed in the executed run."""
+    notebook = nbformat.read(course, as_version=4)
+    ran = code_cells(nbformat.read(executed, as_version=4))
+    for cell, run in zip(code_cells(notebook), ran, strict=True):
+        cell.outputs, cell.execution_count = run.outputs, run.execution_count
+    return notebook
 
 
 def execute(stale: list[Path]) -> None:
@@ -67,7 +85,9 @@ def scrubbed(text: str, machine: dict[str, str]) -> str:
     """``text`` without this machine's paths and name."""
     for found, shown in machine.items():
         text = text.replace(found, shown)
-    text = re.sub(r"\S*/ddp-workshop/venv-[\w-]+", "<environment>", text)  # the shared one
+    text = re.sub(r"[^\s\"']*/ddp-workshop/venv-[\w-]+", "<environment>", text)  # the shared one
+    # A lesson's own files, wherever the lesson ran (a copy in a test's folder): as it names them
+    text = re.sub(r"[^\s\"']*/notebooks/(scripts|runs|checkpoints|data)/", r"\1/", text)
     host = socket.gethostname()
     if len(host) > 3:  # a name that short is a word too
         text = re.sub(rf"\b{re.escape(host)}\b", "<host>", text)
@@ -95,6 +115,28 @@ def site_links(text: str, page: str) -> str:
             return match[0]
         return label if label.startswith("`") else f"{label} (`{inside}`)"
     return LINK.sub(keep, text)
+
+
+def short_tracebacks(text: str) -> str:
+    """A failing rank's traceback with its own script's frames only: the frames inside the
+    installed packages (torch's, mostly) go, one line says so, and so do the ``^^^`` lines."""
+    kept, skipping = [], False
+    for line in text.splitlines(keepends=True):
+        prefix, rest = RANK_PREFIX.match(line).groups()
+        frame = FRAME.match(rest)
+        if frame:
+            skipping = "site-packages" in frame[1] or frame[1].startswith("<environment>")
+            if skipping and not kept[-1:] == [f"{prefix}  {LEFT_OUT}\n"]:
+                kept.append(f"{prefix}  {LEFT_OUT}\n")
+            if skipping:
+                continue
+        elif skipping and rest.startswith("    "):  # the library's line of code
+            continue
+        else:
+            skipping = False
+        if not set(rest.strip()) <= {"^", "~"} or not rest.strip():
+            kept.append(line)
+    return "".join(kept)
 
 
 def is_progress_bar(output: nbformat.NotebookNode) -> bool:
@@ -137,7 +179,7 @@ def for_reading(notebook: nbformat.NotebookNode, course: Path, run: str,
         cell.outputs = [output for output in cell.get("outputs", []) if not is_progress_bar(output)]
         for output in cell.outputs:
             if output.output_type == "stream":
-                output.text = scrubbed(output.text, machine)
+                output.text = short_tracebacks(scrubbed(output.text, machine))
             elif output.output_type == "error":  # its last line says what went wrong
                 output.evalue = scrubbed(output.evalue, machine)
                 output.traceback = [f"{output.ename}: {output.evalue}"]
@@ -227,7 +269,7 @@ def write_sources() -> list[Path]:
     for course in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
         executed = EXECUTED / course.name
         day = datetime.date.fromtimestamp(executed.stat().st_mtime).isoformat()
-        page = for_reading(nbformat.read(executed, as_version=4), course,
+        page = for_reading(with_outputs(course, executed), course,
                            f"on {words}, {day}, at commit {at}", machine)
         target = SOURCES / "notebooks" / course.name
         nbformat.write(page, target)
