@@ -238,6 +238,15 @@ def test_lesson_07s_check_names_each_mistake_of_real_launches(tmp_path):
     check_says(checks.fp16_on_cpu, bf16, 0, 1.0, said="with --precision bf16: launch")
 
 
+def lesson_script_and_copy(tmp_path, lesson: str, original: str, copy: str, edit=None):
+    """A lesson's script, from the course's own notebook, and a learner's copy of it made by
+    ``edit`` (no copy at all when ``edit`` is None)."""
+    start = scripts.write_script(original, scripts.cell_text(lesson, original), directory=tmp_path)
+    if edit is not None:
+        (tmp_path / copy).write_text(edit(start.read_text()))
+    return start, tmp_path / copy
+
+
 def without_set_epoch(text: str) -> str:
     return "".join(line for line in text.splitlines(keepends=True) if SET_EPOCH not in line)
 
@@ -250,11 +259,8 @@ def without_set_epoch(text: str) -> str:
     (lambda text: without_set_epoch(text) + "print('done')\n", "changes more than"),
 ])
 def test_a_homework_copy_that_changes_too_little_or_too_much_is_named(tmp_path, edit, said):
-    original = scripts.write_script("train_ddp.py", scripts.cell_text(
-        "05_ddp.ipynb", "train_ddp.py"), directory=tmp_path)
-    copy = tmp_path / "train_ddp_no_set_epoch.py"
-    if edit is not None:
-        copy.write_text(edit(original.read_text()))
+    original, copy = lesson_script_and_copy(tmp_path, "05_ddp.ipynb", "train_ddp.py",
+                                            "train_ddp_no_set_epoch.py", edit)
     check_says(checks.copy_without, copy, original, "set_epoch(", exercise="Exercise 3",
                said=said)
 
@@ -264,29 +270,36 @@ def test_a_homework_copy_that_changes_too_little_or_too_much_is_named(tmp_path, 
     lambda text: text.replace(f"        {SET_EPOCH}", f"        # {SET_EPOCH}"),  # commented out
 ])
 def test_a_homework_copy_without_the_line_passes(tmp_path, capsys, edit):
-    original = scripts.write_script("train_ddp.py", scripts.cell_text(
-        "05_ddp.ipynb", "train_ddp.py"), directory=tmp_path)
-    copy = tmp_path / "train_ddp_no_set_epoch.py"
-    copy.write_text(edit(original.read_text()))
+    original, copy = lesson_script_and_copy(tmp_path, "05_ddp.ipynb", "train_ddp.py",
+                                            "train_ddp_no_set_epoch.py", edit)
     checks.copy_without(copy, original, "set_epoch(", exercise="Exercise 3")
     assert "✓ train_ddp_no_set_epoch.py is train_ddp.py without its set_epoch(" in (
         capsys.readouterr().out)
 
 
-@pytest.mark.parametrize(("lesson", "original", "copy", "gone"), [
-    ("01_single_device.ipynb", "train_single.py", "train_single_one_thread.py", "set_num_threads("),
-    ("05_ddp.ipynb", "train_ddp.py", "train_ddp_no_set_epoch.py", "set_epoch("),
-    ("05_ddp.ipynb", "train_ddp_resume.py", "train_ddp_resume_no_optimizer.py", '"optimizer"'),
-    ("00_setup.ipynb", "hello_allreduce.py", "hello_allreduce_max.py", "ReduceOp.SUM"),
-])
-def test_the_courses_homework_copies_pass_their_checks(tmp_path, lesson, original, copy, gone):
+@pytest.mark.parametrize(("check", "lesson", "original", "copy", "code", "stub_said"), [
+    (checks.copy_without, "01_single_device.ipynb", "train_single.py",
+     "train_single_one_thread.py", "set_num_threads(", "still has"),
+    (checks.copy_without, "05_ddp.ipynb", "train_ddp.py", "train_ddp_no_set_epoch.py",
+     "set_epoch(", "still has"),
+    (checks.copy_without, "05_ddp.ipynb", "train_ddp_resume.py",
+     "train_ddp_resume_no_optimizer.py", '"optimizer"', "still has"),
+    (checks.copy_without, "00_setup.ipynb", "hello_allreduce.py", "hello_allreduce_max.py",
+     "ReduceOp.SUM", "still has"),
+    (checks.copy_adding, "07_mixed_precision.ipynb", "train_amp.py", "train_amp_overflow.py",
+     "1e5", "has no code"),
+    (checks.copy_adding, "08_scaling.ipynb", "train_scaling.py", "train_powersgd.py",
+     "powersgd", "has no code"),
+], ids=lambda value: value if isinstance(value, str) and value.endswith(".py") else None)
+def test_the_courses_homework_copies_pass_their_checks(tmp_path, check, lesson, original, copy,
+                                                      code, stub_said):
     """The solutions the course runs pass the checks that stay in the learners' edition, and
     the stub (the lesson's script, unchanged) does not."""
     start = scripts.write_script(original, scripts.cell_text(lesson, original), directory=tmp_path)
     solved = scripts.write_script(copy, scripts.cell_text(lesson, copy), directory=tmp_path)
-    checks.copy_without(solved, start, gone, exercise="Exercise")
+    check(solved, start, code, exercise="Exercise")
     stub = scripts.write_script(copy, start.read_text(), directory=tmp_path)
-    check_says(checks.copy_without, stub, start, gone, exercise="Exercise", said="still has")
+    check_says(check, stub, start, code, exercise="Exercise", said=stub_said)
 
 
 def test_lesson_04s_copy_may_make_rank_1_late_and_nothing_else(tmp_path):
@@ -314,21 +327,6 @@ OVERFLOW = "        if rank == 1 and step == 5:\n            images[0, 0, 0, 0] 
     (lambda text: text.replace("import time\n", "") + OVERFLOW, "takes out `import time`"),
 ])
 def test_a_homework_copy_that_adds_nothing_or_takes_out_code_is_named(tmp_path, edit, said):
-    original = scripts.write_script("train_amp.py", scripts.cell_text(
-        "07_mixed_precision.ipynb", "train_amp.py"), directory=tmp_path)
-    copy = tmp_path / "train_amp_overflow.py"
-    if edit is not None:
-        copy.write_text(edit(original.read_text()))
+    original, copy = lesson_script_and_copy(tmp_path, "07_mixed_precision.ipynb", "train_amp.py",
+                                            "train_amp_overflow.py", edit)
     check_says(checks.copy_adding, copy, original, "1e5", exercise="Exercise 3", said=said)
-
-
-@pytest.mark.parametrize(("lesson", "original", "copy", "added"), [
-    ("07_mixed_precision.ipynb", "train_amp.py", "train_amp_overflow.py", "1e5"),
-    ("08_scaling.ipynb", "train_scaling.py", "train_powersgd.py", "powersgd"),
-])
-def test_the_courses_added_to_copies_pass_their_checks(tmp_path, lesson, original, copy, added):
-    start = scripts.write_script(original, scripts.cell_text(lesson, original), directory=tmp_path)
-    solved = scripts.write_script(copy, scripts.cell_text(lesson, copy), directory=tmp_path)
-    checks.copy_adding(solved, start, added, exercise="Exercise")
-    stub = scripts.write_script(copy, start.read_text(), directory=tmp_path)
-    check_says(checks.copy_adding, stub, start, added, exercise="Exercise", said="has no code")

@@ -21,6 +21,7 @@ import copy
 import datetime
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -294,11 +295,16 @@ def build(execute_stale: bool = True) -> Path:
     print(f"{len(courses) - len(stale)} lessons already executed, {len(stale)} to run")
     execute(stale)
     started = time.monotonic()
-    if SOURCES.exists():
-        subprocess.run(["rm", "-rf", str(SOURCES)], check=True)
+    shutil.rmtree(SOURCES, ignore_errors=True)
     write_sources()
+    # Into a folder of its own, then in place of the last site: a failed build leaves the last
+    # whole site, not half of a new one.
+    partial = SITE.with_name(f"{SITE.name}.partial")
+    shutil.rmtree(partial, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", "-W", "--keep-going",
-                    "-c", str(CONFIG), str(SOURCES), str(SITE)], check=True)
+                    "-c", str(CONFIG), str(SOURCES), str(partial)], check=True)
+    shutil.rmtree(SITE, ignore_errors=True)
+    partial.rename(SITE)
     print(f"site built in {time.monotonic() - started:.0f} s: {SITE / 'index.html'}")
     return SITE / "index.html"
 

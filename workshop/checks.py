@@ -449,6 +449,23 @@ def fsdp_gpus(fsdp_gpus, ddp_gpus, parameters: int = 24 * (16384 * 16384 + 16384
                                       "them is enough"])
 
 
+def _changes(original: Path, copy: Path, exercise: str) -> list[tuple[list[str], list[str]]]:
+    """Each change from a lesson's script to a learner's copy of it, as the lines it takes out
+    and the lines it puts in, stripped; an ``ExerciseNotDone`` if there is no copy yet."""
+    if not copy.exists():
+        raise ExerciseNotDone(exercise, [f"There is no {copy}: run the cell that writes it "
+                                         f"(%%write_script {copy.name}) first."])
+    hunks = re.split(r"^@@.*\n", scripts.diff(original, copy, context=0), flags=re.M)[1:]
+    return [tuple([line[1:].strip() for line in hunk.splitlines() if line.startswith(sign)]
+                  for sign in "-+") for hunk in hunks]
+
+
+def _code_with(path: Path, text: str) -> list[str]:
+    """The lines of ``path`` that hold ``text`` in code (not in a comment after it)."""
+    return [line.strip() for line in path.read_text(encoding="utf-8").splitlines()
+            if text in line.partition("#")[0]]
+
+
 def copy_without(copy: str | os.PathLike, original: str | os.PathLike, gone: str, *,
                  exercise: str, allowed: tuple[str, ...] = ()) -> None:
     """A homework's first step: a copy of a lesson's script, under a name of its own, without the
@@ -456,19 +473,14 @@ def copy_without(copy: str | os.PathLike, original: str | os.PathLike, gone: str
     that code alone does. A line with ``gone`` may stay as a comment, the lines of its block go
     with it, lines may take its place, and lines with one of ``allowed`` may be added."""
     copy, original = Path(copy), Path(original)
-    if not copy.exists():
-        raise ExerciseNotDone(exercise, [f"There is no {copy}: run the cell that writes it "
-                                         f"(%%write_script {copy.name}) first."])
-    code = [line.strip() for line in copy.read_text(encoding="utf-8").splitlines()
-            if gone in line.partition("#")[0]]
-    mistakes = [f"{copy.name} still has {gone} in `{line}`: take it out." for line in code]
-    others = []  # per change of the diff: one that takes out `gone` is the exercise's
-    for hunk in re.split(r"^@@.*\n", scripts.diff(original, copy, context=0), flags=re.M)[1:]:
-        removed = [line[1:] for line in hunk.splitlines() if line.startswith("-")]
-        added = [line[1:].strip() for line in hunk.splitlines() if line.startswith("+")]
+    changes = _changes(original, copy, exercise)
+    mistakes = [f"{copy.name} still has {gone} in `{line}`: take it out."
+                for line in _code_with(copy, gone)]
+    others = []  # a change that takes out `gone` is the exercise's
+    for removed, added in changes:
         added = [line for line in added if not any(text in line for text in allowed)]
         if not any(gone in line for line in removed):
-            others += [line.strip() for line in removed if line.strip()] + added
+            others += [line for line in removed if line] + added
     if others:
         mistakes.append(f"{copy.name} changes more than the code with {gone} (`{others[0]}`): "
                         f"keep the rest of {original.name} as it is, so that the run compares "
@@ -481,16 +493,11 @@ def copy_adding(copy: str | os.PathLike, original: str | os.PathLike, added: str
     """A homework's first step: a copy of a lesson's script, under a name of its own, with code
     that holds ``added`` and nothing of the original taken out (lines may change)."""
     copy, original = Path(copy), Path(original)
-    if not copy.exists():
-        raise ExerciseNotDone(exercise, [f"There is no {copy}: run the cell that writes it "
-                                         f"(%%write_script {copy.name}) first."])
-    code = [line for line in copy.read_text(encoding="utf-8").splitlines()
-            if added in line.partition("#")[0]]
-    mistakes = [] if code else [f"{copy.name} has no code with {added} yet: add it."]
-    for hunk in re.split(r"^@@.*\n", scripts.diff(original, copy, context=0), flags=re.M)[1:]:
-        removed = [line[1:].strip() for line in hunk.splitlines() if line.startswith("-")]
-        if removed and not any(line.startswith("+") for line in hunk.splitlines()):
-            mistakes.append(f"{copy.name} takes out `{removed[0]}`: the exercise adds to "
-                            f"{original.name}, and keeps what it has.")
-            break
+    changes = _changes(original, copy, exercise)
+    mistakes = [] if _code_with(copy, added) else [
+        f"{copy.name} has no code with {added} yet: add it."]
+    taken_out = [removed[0] for removed, put_in in changes if removed and not put_in]
+    if taken_out:
+        mistakes.append(f"{copy.name} takes out `{taken_out[0]}`: the exercise adds to "
+                        f"{original.name}, and keeps what it has.")
     _verdict(exercise, mistakes, [f"{copy.name} is {original.name} with {added}"])

@@ -4,7 +4,8 @@ time it can honestly take.
 A **section** is a markdown cell whose first line is a ``## `` heading, with the cells up to the
 next such cell; its ``metadata["ddp_workshop"]`` holds ``{"tier", "audiences", "minutes"}``. An
 **exercise** is a markdown cell that starts with ``**N.**``, with its solution cells; its metadata
-holds ``{"tier", "minutes"}``. The exercises belong to the section that lists them (Key points).
+holds ``{"tier", "minutes"}``. An exercise belongs to the section it ends: the one that teaches
+its idea, or the lesson's Exercises section (homework).
 
 A section's minutes may not be below its *floor*: its words at a speaking pace, its code read at a
 walking-through pace (a cell whose source is folded away is not read: its output is what the lesson
