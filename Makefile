@@ -34,7 +34,7 @@ NOT_FOR_LEARNERS := torch torchvision nbval pytest pytest-timeout pytest-xdist p
 	sphinx myst-nb sphinx-book-theme
 LEARNER_PINS := grep -vE "^(\#|($$(echo $(NOT_FOR_LEARNERS) | tr ' ' '|'))==)" requirements.txt
 
-.PHONY: help setup lab lab-exercises run book test test-browser sweep-lessons sweep-rest lint browser bench compat wheelhouse exercises take-home schedule clean
+.PHONY: help setup lab lab-exercises run book test test-browser sweep-lessons sweep-rest sweep-oldest-torch lint browser bench compat wheelhouse exercises take-home schedule clean
 
 help:
 	@echo "make setup   create the shared packages' environment ($(VENV)) and this clone's .venv"
@@ -204,11 +204,13 @@ test-browser: setup browser
 sweep-lessons:
 	@$(call lane,lessons,"$(BIN)/python" -m pytest $(SWEEP_LESSONS) -m sweep -v --durations=15)
 
-sweep-rest:
+sweep-rest: sweep-oldest-torch
+	@$(call lane,rest,"$(BIN)/python" -m pytest tests -m sweep -v \
+		$(addprefix --ignore=,$(SWEEP_LESSONS)) --durations=15)
+
+sweep-oldest-torch:
 	@$(call lane,rest,$(MAKE) --no-print-directory compat \
-		TORCH=$$($(PYTHON) workshop/compat.py oldest) COMPAT_TESTS=tests/test_take_home.py && \
-		"$(BIN)/python" -m pytest tests -m sweep -v $(addprefix --ignore=,$(SWEEP_LESSONS)) \
-		--durations=15)
+		TORCH=$$($(PYTHON) workshop/compat.py oldest) COMPAT_TESTS=tests/test_take_home.py)
 
 # TRACK names a track of docs/schedule.md: its edition, in build/exercises-TRACK/, keeps what the
 # track teaches and moves the rest of each lesson to an appendix whose cells Run All skips.
