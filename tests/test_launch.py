@@ -244,6 +244,19 @@ def test_the_rank_that_raised_first_is_read_to_the_fraction_of_a_second(workdir)
     assert "Traceback" in messages.failure_message(result, 1, 1)
 
 
+def test_a_rank_that_raised_first_but_exited_last_is_said_to_have_raised(workdir):
+    # Both ranks raise the same error; rank 1 first, but rank 0 exits first, and torchrun stops
+    # rank 1 (seen under load, with lesson 05's shuffle-and-sampler mistake).
+    mistake = ValueError("sampler option is mutually exclusive with shuffle")
+    result = result_of(workdir, {0: failed(workdir, 0, 1, mistake, at=100.6),
+                                 1: failed(workdir, 1, -15, mistake, at=100.2)})
+    assert messages.root_cause(result) == (1, -15)
+    message = messages.failure_message(result, 1, -15)
+    assert message.startswith("Rank 1 raised an exception and was stopped by torchrun (SIGTERM) "
+                              "before it exited, while running job.py"), message
+    assert "killed" not in message and "ValueError: sampler option" in message, message
+
+
 def test_a_rank_killed_without_raising_is_the_cause_of_its_peers_errors(workdir):
     peer_gone = RuntimeError("Read error: Connection reset by peer")
     result = result_of(workdir, {1: failed(workdir, 1, -9),
