@@ -34,7 +34,7 @@ NOT_FOR_LEARNERS := torch torchvision nbval pytest pytest-timeout pytest-xdist p
 	sphinx myst-nb sphinx-book-theme
 LEARNER_PINS := grep -vE "^(\#|($$(echo $(NOT_FOR_LEARNERS) | tr ' ' '|'))==)" requirements.txt
 
-.PHONY: help setup lab lab-exercises run book test test-browser lint browser bench compat wheelhouse exercises take-home schedule clean
+.PHONY: help setup lab lab-exercises run book test test-browser sweep-lessons sweep-rest sweep-oldest-torch lint browser bench compat wheelhouse exercises take-home schedule clean
 
 help:
 	@echo "make setup   create the shared packages' environment ($(VENV)) and this clone's .venv"
@@ -173,7 +173,7 @@ browser:
 # Tests use the generated data set at the small size: deterministic on any machine, no network.
 # make test is what a contributor waits on (9 minutes on 2 cores): lint, the unit tests, the real
 # launches, and lesson 03 and the stop button in JupyterLab (tests/e2e says why those). CI then
-# runs test-browser, the long sweep: every other notebook in JupyterLab
+# runs test-browser, the long sweep (in two lanes, below): every other notebook in JupyterLab
 # (each run saved to build/notebooks/, from which the site, make book, is built and opened page
 # by page), the one-day track's edition Run All in JupyterLab (its time per lesson goes to
 # build/one-day-run-all.json) and lesson 05's conversion done there, the tests marked `sweep`
@@ -183,17 +183,34 @@ browser:
 # (tests/test_notebooks.py), and its stubs do nothing.
 # make test LESSONS=notebooks/05_ddp.ipynb adds lessons, under nbval.
 LESSONS ?=
-test test-browser: export DDP_WORKSHOP_DATASET ?= synthetic
-test test-browser: export DDP_WORKSHOP_FULL_SIZE ?= 0
+test test-browser sweep-lessons sweep-rest: export DDP_WORKSHOP_DATASET ?= synthetic
+test test-browser sweep-lessons sweep-rest: export DDP_WORKSHOP_FULL_SIZE ?= 0
 test: lint browser
 	"$(BIN)/python" -m pytest tests $(LESSONS) -m "not sweep" --nbval-lax --nbval-current-env \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600 --durations=15 \
 		-n 2 --dist loadfile
 
+# test-browser runs two lanes at once (make -j2), each line of output marked with its lane:
+# [lessons] runs every lesson in JupyterLab, then builds the site from those runs and opens it;
+# [rest] runs make compat on the oldest torch (its environment's download first, while the
+# lessons run), then the learners' editions in JupyterLab and the other sweep tests. The two are
+# about 30 minutes of work each on 2 cores; one after the other they took about 60
+# (docs/benchmarks.md, with what running them together gains).
+SWEEP_LESSONS := tests/e2e/test_jupyterlab.py tests/e2e/test_site.py
+lane = set -o pipefail; { $(2); } 2>&1 | sed -u 's/^/[$(1)] /'
 test-browser: setup browser
-	"$(BIN)/python" -m pytest tests -m sweep --durations=15
-	$(MAKE) --no-print-directory compat TORCH=$$($(PYTHON) workshop/compat.py oldest) \
-		COMPAT_TESTS=tests/test_take_home.py
+	$(MAKE) --no-print-directory -j2 sweep-lessons sweep-rest
+
+sweep-lessons:
+	@$(call lane,lessons,"$(BIN)/python" -m pytest $(SWEEP_LESSONS) -m sweep -v --durations=15)
+
+sweep-rest: sweep-oldest-torch
+	@$(call lane,rest,"$(BIN)/python" -m pytest tests -m sweep -v \
+		$(addprefix --ignore=,$(SWEEP_LESSONS)) --durations=15)
+
+sweep-oldest-torch:
+	@$(call lane,rest,$(MAKE) --no-print-directory compat \
+		TORCH=$$($(PYTHON) workshop/compat.py oldest) COMPAT_TESTS=tests/test_take_home.py)
 
 # TRACK names a track of docs/schedule.md: its edition, in build/exercises-TRACK/, keeps what the
 # track teaches and moves the rest of each lesson to an appendix whose cells Run All skips.

@@ -8,8 +8,8 @@ there, as its stub says, the likely mistake first: the check run without the lau
 what to do, the launch must show progress while it runs, the check must then find what the
 exercise expects. Screenshots go to build/screenshots/.
 
-Every test here carries the ``sweep`` marker: ``make test-browser`` runs them, before the
-course's own lessons (test_jupyterlab.py) and the site built from those (test_site.py).
+Every test here carries the ``sweep`` marker: ``make test-browser`` runs them, in the lane beside
+the course's own lessons (the Makefile says why).
 """
 
 from __future__ import annotations
