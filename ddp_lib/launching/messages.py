@@ -3,9 +3,8 @@
 The root cause is the rank that raised first (its error file, ``records``), passing over ranks
 that only lost a peer (Gloo's "Connection closed by peer"). If every rank that raised only lost a
 peer, it is a rank killed by a signal (by hand, or out of memory), which left no file; SIGTERM is
-torchrun stopping the rest (a rank that raised first but exited after a peer is said to have
-raised, not to have been killed). Without error files (a rank waiting in NCCL raises nothing),
-it is torchrun's first failure, to the second, and each rank's last printed error line stands in.
+torchrun stopping the rest. Without error files (a rank waiting in NCCL raises nothing), it is
+torchrun's first failure, to the second, and each rank's last printed error line stands in.
 """
 
 from __future__ import annotations
@@ -113,12 +112,8 @@ def _traceback(text: str) -> str:
 
 
 def _exit_description(exitcode: int | None, raised: bool = False) -> str:
-    if exitcode is None:  # it raised, but torchrun stopped the job before it exited itself
-        return "raised (torchrun's report has no exit code for it)"
-    if raised and exitcode == -signal.SIGTERM:
-        # It raised first, but a peer exited first and torchrun stopped the rest: its error file
-        # says what it raised; the SIGTERM is torchrun's, not the cause.
-        return "raised an exception and was stopped by torchrun (SIGTERM) before it exited,"
+    if exitcode is None or (raised and exitcode == -signal.SIGTERM):  # a peer exited first
+        return "raised an exception, and torchrun stopped it before it exited,"
     if exitcode < 0:
         try:
             name = signal.Signals(-exitcode).name
@@ -142,9 +137,8 @@ def failure_message(result: LaunchResult, rank: int | None, exitcode: int | None
     crash = _crash_report(text)
     tb = (raised.traceback.rstrip() if raised and raised.traceback else
           crash or _traceback(text) or "\n".join(text.splitlines()[-15:]))
-    how = _exit_description(exitcode, raised is not None)
-    parts = [f"{who} {how} while running {result.script.name} "
-             f"(launch ended after {result.wall_time:.1f} s)."]
+    parts = [f"{who} {_exit_description(exitcode, bool(raised))} while running "
+             f"{result.script.name} (launch ended after {result.wall_time:.1f} s)."]
     where = crash_location(crash, result.script) if crash and not raised else ""
     if where:
         parts.append(where)
