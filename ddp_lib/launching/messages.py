@@ -111,9 +111,9 @@ def _traceback(text: str) -> str:
     return text[start:] if start >= 0 else ""
 
 
-def _exit_description(exitcode: int | None, raised: bool = False) -> str:
+def _exit_description(exitcode: int | None, raised: bool = False, launcher: str = "") -> str:
     if exitcode is None or (raised and exitcode == -signal.SIGTERM):  # a peer exited first
-        return "raised an exception, and torchrun stopped it before it exited,"
+        return f"raised an exception, and {launcher} stopped it before it exited,"
     if exitcode < 0:
         try:
             name = signal.Signals(-exitcode).name
@@ -137,7 +137,7 @@ def failure_message(result: LaunchResult, rank: int | None, exitcode: int | None
     crash = _crash_report(text)
     tb = (raised.traceback.rstrip() if raised and raised.traceback else
           crash or _traceback(text) or "\n".join(text.splitlines()[-15:]))
-    parts = [f"{who} {_exit_description(exitcode, bool(raised))} while running "
+    parts = [f"{who} {_exit_description(exitcode, bool(raised), launcher)} while running "
              f"{result.script.name} (launch ended after {result.wall_time:.1f} s)."]
     where = crash_location(crash, result.script) if crash and not raised else ""
     if where:
