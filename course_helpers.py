@@ -1,9 +1,12 @@
-"""What the lesson scripts share besides PyTorch itself: the data, the models, and ``report``.
+"""What the lesson scripts share besides PyTorch itself: the device rule, the data, the models,
+and ``report``.
 
 It needs torch and torchvision only. ``make take-home`` copies it beside the lessons' final
 scripts, so ``torchrun train_ddp.py`` runs anywhere; in the course it is part of the project.
-Nothing here is what a lesson teaches: the distributed code stays in the scripts, but for one
-commented import below that works around a torch behaviour (docs/compatibility.md).
+The distributed code stays in the scripts. Two things here are lesson text all the same, shown
+where they are taught: the device rule (lesson 00 prints ``backend_and_device`` whole, and every
+script calls it, so the rule is written once), and one commented import below that works around
+a torch behaviour (docs/compatibility.md).
 
 - **Data.** ``prepare_cifar10()`` makes sure a data set is under ``DATA_DIR``: the real CIFAR-10
   if it is there or torchvision can download it; otherwise (offline, or
@@ -15,8 +18,8 @@ commented import below that works around a torch behaviour (docs/compatibility.m
 - **Numbers for the notebook.** ``report(name, value)`` appends one JSON line to the file that
   ``DDP_LIB_METRICS_FILE`` names (a course launch sets it); without it, it does nothing, so a
   script prints only what it prints itself.
-- **Threads.** ``threads_per_process()``: the cores this machine lets the process use, divided
-  between its local processes.
+- **Device and threads.** ``backend_and_device()``: lesson 00's rule, which backend and device
+  this process uses; ``threads_per_process()``: its share of the cores.
 """
 
 from __future__ import annotations
@@ -406,21 +409,114 @@ def report_weights(model: nn.Module) -> None:
            sha256=hashlib.sha256(weights.numpy().tobytes()).hexdigest())
 
 
-# --- Threads ------------------------------------------------------------------------------------
+# --- Device and threads --------------------------------------------------------------------------
+
+def backend_and_device(threads: int | None = None) -> tuple[str, torch.device]:
+    """Lesson 00's device rule: this process's backend and device (made current), for every
+    machine a learner has.
+
+    - No GPU in sight, or ``DDP_BACKEND=gloo``: Gloo on the CPU, with this process's share of
+      the cores (``threads``, else ``threads_per_process()``), because torchrun sets
+      ``OMP_NUM_THREADS=1`` when it starts several processes.
+    - A GPU for every process of this machine: NCCL on ``cuda:LOCAL_RANK``.
+    - One GPU that a launcher gave this process alone (``srun --gpus-per-task=1``, ``mpiexec
+      -gpus-per-proc 1``, a site's script that sets ``CUDA_VISIBLE_DEVICES`` per rank): NCCL
+      on ``cuda:0``. torchrun never does that: all the processes it starts see its GPUs.
+    - Fewer GPUs than processes (one GPU shared included): stop, and say how to go on. NCCL
+      refuses two processes on one GPU, and several on the CPU is a choice to make on purpose.
+    - ``DDP_BACKEND=nccl`` and no GPU: stop. A job file for GPUs sets it, so that a job that
+      lost its GPUs (an empty ``CUDA_VISIBLE_DEVICES``, a driver too old for this torch) fails
+      instead of training on the CPU.
+    """
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    gpus = torch.cuda.device_count()  # this machine's, or only this process's own
+    backend = os.environ.get("DDP_BACKEND") or ("nccl" if gpus else "gloo")
+    if backend != "nccl":
+        torch.set_num_threads(threads or threads_per_process(local_world_size))
+        return backend, torch.device("cpu")
+    if gpus == 0:
+        raise RuntimeError("DDP_BACKEND=nccl, but this process sees no GPU: check "
+                           "CUDA_VISIBLE_DEVICES, the job's GPU request and nvidia-smi")
+    own_gpu = gpus == 1 and gpu_set_for_this_process()
+    if gpus < local_world_size and not own_gpu:
+        raise RuntimeError(f"{gpus} GPU(s) for {local_world_size} processes on this machine: "
+                           f"start one process per GPU (--nproc-per-node={gpus}), or set "
+                           "DDP_BACKEND=gloo to train on the CPU")
+    device = torch.device("cuda", 0 if own_gpu else local_rank)
+    torch.cuda.set_device(device)
+    return "nccl", device
+
+
+def gpu_set_for_this_process() -> bool:
+    """Whether a launcher chose this process's GPUs for it alone: it set
+    ``CUDA_VISIBLE_DEVICES`` to another value than the process that started this one has.
+
+    Processes that inherit the variable unchanged (torchrun's, or mpiexec's without GPU
+    binding) see the same GPUs as their siblings. Linux lists a parent's environment under
+    ``/proc``, where another user's is not ours to read: that of a daemon such as
+    ``slurmstepd``, which sets the variable per task for ``srun --gpus-per-task``.
+    """
+    mine = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if mine is None:
+        return False
+    try:
+        parent = Path(f"/proc/{os.getppid()}/environ").read_bytes().split(b"\0")
+    except PermissionError:  # a scheduler's daemon started this process, and set the variable
+        return True
+    except OSError:  # no /proc: not Linux
+        return False
+    return f"CUDA_VISIBLE_DEVICES={mine}".encode() not in parent
+
 
 def usable_cpu_cores() -> int:
-    """Cores this process may run on (the affinity mask on Linux, which containers restrict)."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return max(1, os.cpu_count() or 1)
+    """Cores a process may run on: its affinity mask (which Slurm, mpiexec and containers
+    narrow), and no more than a container's CPU quota (cgroup v2 ``cpu.max``) allows."""
+    if not hasattr(os, "sched_getaffinity"):
+        return max(1, os.cpu_count() or 1)
+    cores = len(os.sched_getaffinity(0))
+    quota = cpu_quota()
+    return max(1, min(cores, quota) if quota else cores)
+
+
+def cpu_quota(cgroup_file: str | os.PathLike = "/proc/self/cgroup",
+              root: str | os.PathLike = "/sys/fs/cgroup") -> int | None:
+    """The cores a cgroup v2 CPU quota allows this process (``cpu.max``, rounded up), or
+    ``None`` without one: a Kubernetes pod's ``limits.cpu``, ``docker run --cpus``.
+
+    Args:
+        cgroup_file, root: where the process's group is named, and where cgroups are mounted.
+    """
+    root = Path(root)
+    try:
+        lines = Path(cgroup_file).read_text().splitlines()
+        unified = [line[3:] for line in lines if line.startswith("0::")]  # v2: "0::/the/group"
+        if not unified:
+            return None
+        group = root / unified[0].lstrip("/")
+        limits = []
+        for folder in (group, *group.parents):  # a parent's quota binds its children too
+            if (folder / "cpu.max").exists():
+                quota, period = (folder / "cpu.max").read_text().split()
+                if quota != "max":
+                    limits.append(max(1, -(-int(quota) // int(period))))
+            if folder == root:
+                break
+    except (OSError, ValueError):
+        return None
+    return min(limits, default=None)
 
 
 def threads_per_process(local_world_size: int | None = None) -> int:
-    """CPU threads each process on this machine should use: usable cores // local processes.
+    """CPU threads this process should use: its usable cores, divided between the processes
+    of this machine where they share them.
 
     torchrun sets ``OMP_NUM_THREADS=1`` when it starts more than one worker per node and the
     variable is unset, which leaves cores idle when there are fewer processes than cores; each
-    process using every core is worse, because the processes then fight over them.
+    process using every core is worse, because the processes then fight over them. A launcher
+    that bound this process to cores of its own (``srun -c`` with task affinity, ``mpiexec
+    -bind-to core:N``, PALS's ``--cpu-bind depth``) left it a narrower mask than its parent's:
+    those cores are its alone, and are not divided again. torchrun's workers share torchrun's.
 
     Args:
         local_world_size: processes on this machine; ``None`` reads ``LOCAL_WORLD_SIZE``
@@ -428,7 +524,20 @@ def threads_per_process(local_world_size: int | None = None) -> int:
     """
     if local_world_size is None:
         local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    return max(1, usable_cpu_cores() // max(1, local_world_size))
+    cores = usable_cpu_cores()
+    if bound_by_launcher():
+        return cores
+    return max(1, cores // max(1, local_world_size))
+
+
+def bound_by_launcher() -> bool:
+    """Whether this process may run on fewer cores than the process that started it."""
+    if not hasattr(os, "sched_getaffinity"):
+        return False
+    try:
+        return os.sched_getaffinity(0) < os.sched_getaffinity(os.getppid())
+    except OSError:  # the parent is gone, or not ours to look at
+        return False
 
 
 def thread_names() -> list[str] | None:

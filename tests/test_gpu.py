@@ -93,8 +93,8 @@ def test_lesson_05_trains_with_nccl_when_each_rank_sees_only_its_own_gpu(tmp_pat
 def test_more_processes_than_gpus_train_on_the_cpu_only_when_asked(tmp_path, monkeypatch,
                                                                    capsys):
     """More processes than GPUs: a launch from a notebook plans Gloo and says so in the command
-    it prints; with several GPUs, the same script under plain torchrun stops with the rule's
-    message (with one, both ranks take cuda:0, and NCCL decides)."""
+    it prints; the same script under plain torchrun stops with the rule's message, one GPU
+    included (NCCL would refuse two ranks on it)."""
     scripts.from_notebook(ROOT / "notebooks" / "00_setup.ipynb", "hello_allreduce.py",
                           directory=tmp_path, quiet=True)
     monkeypatch.chdir(tmp_path)
@@ -102,14 +102,13 @@ def test_more_processes_than_gpus_train_on_the_cpu_only_when_asked(tmp_path, mon
     result = launch("hello_allreduce.py", nproc_per_node=nproc, timeout=120)
     assert capsys.readouterr().out.startswith("$ DDP_BACKEND=gloo torchrun ")
     assert all("on cpu, backend gloo" in result.output(rank) for rank in range(nproc))
-    if GPUS == 1:
-        return
     env = {k: v for k, v in os.environ.items() if k != "DDP_BACKEND"}
     plain = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                             f"--nproc-per-node={nproc}", "hello_allreduce.py"], env=env,
                            capture_output=True, text=True, timeout=180)
     assert plain.returncode != 0
-    assert "GPUs for more processes: one per GPU, or DDP_BACKEND=gloo" in plain.stderr, \
+    assert (f"{GPUS} GPU(s) for {nproc} processes on this machine: start one process per GPU "
+            f"(--nproc-per-node={GPUS}), or set DDP_BACKEND=gloo") in plain.stderr, \
         plain.stderr[-3000:]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,8 @@ import pytest
 import course_helpers
 from ddp_lib import hardware
 from ddp_lib.hardware import Hardware
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def machine(gpus: int, cores: int = 8, nccl: bool = True) -> Hardware:
@@ -66,6 +69,48 @@ def test_threads_per_process_reads_torchruns_local_world_size(monkeypatch):
     assert course_helpers.threads_per_process(cores * 4) == 1
     monkeypatch.delenv("LOCAL_WORLD_SIZE")
     assert course_helpers.threads_per_process() == cores
+
+
+def test_cores_a_launcher_bound_to_a_process_are_not_divided_again(monkeypatch):
+    """srun -c 16 with task affinity, mpiexec -bind-to core:16: the rank's mask is its own share,
+    narrower than its parent's. torchrun's workers share torchrun's mask, and divide it."""
+    masks = {0: set(range(16)), os.getppid(): set(range(64))}
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: masks[pid])
+    monkeypatch.setattr(course_helpers, "cpu_quota", lambda: None)
+    assert course_helpers.threads_per_process(4) == 16
+    masks[os.getppid()] = set(range(16))  # a torchrun worker: the same mask as its parent
+    assert course_helpers.threads_per_process(4) == 4
+
+
+def test_a_narrowed_mask_is_seen_from_inside_a_real_process():
+    if not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two usable cores")
+    one = min(os.sched_getaffinity(0))
+    ask = "import course_helpers as c; print(c.usable_cpu_cores(), c.bound_by_launcher())"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    bound = subprocess.run(["taskset", "-c", str(one), sys.executable, "-c", ask], env=env,
+                           capture_output=True, text=True, timeout=60, check=True)
+    assert bound.stdout.split() == ["1", "True"]  # one core, narrowed for it alone
+    shared = subprocess.run(["taskset", "-c", str(one), "sh", "-c", f'"{sys.executable}" -c '
+                             f'"{ask}"; true'], env=env, capture_output=True, text=True, timeout=60,
+                            check=True)
+    assert shared.stdout.split() == ["1", "False"]  # sh was narrowed; Python shares its core
+
+
+def test_a_containers_cpu_quota_caps_the_cores(tmp_path, monkeypatch):
+    (tmp_path / "cgroup").write_text("0::/kubepods/pod1/box\n")
+    root = tmp_path / "fs"
+    (root / "kubepods" / "pod1" / "box").mkdir(parents=True)
+    (root / "kubepods" / "pod1" / "box" / "cpu.max").write_text("max 100000\n")
+    assert course_helpers.cpu_quota(tmp_path / "cgroup", root) is None
+    (root / "kubepods" / "pod1" / "cpu.max").write_text("250000 100000\n")  # limits.cpu: 2.5
+    assert course_helpers.cpu_quota(tmp_path / "cgroup", root) == 3
+    (root / "kubepods" / "cpu.max").write_text("100000 100000\n")
+    assert course_helpers.cpu_quota(tmp_path / "cgroup", root) == 1  # the tightest counts
+    (tmp_path / "cgroup").write_text("4:cpu:/\n")  # cgroup v1 only: no answer
+    assert course_helpers.cpu_quota(tmp_path / "cgroup", root) is None
+    monkeypatch.setattr(course_helpers, "cpu_quota", lambda: 1)
+    assert course_helpers.usable_cpu_cores() == 1
 
 
 def test_detect_describes_this_machine():
