@@ -19,11 +19,17 @@ TRAINJOB_SCHEMA = yaml.safe_load((DATA / "trainjob_schema.yaml").read_text())
 ARGS = ["--epochs", 3, "--lr", 0.1]
 
 
-def slurm_command(script_text: str) -> list[str]:
+def srun_line(script_text: str) -> list[str]:
     """The words of the ``srun`` line, as bash will split them (variables left unexpanded)."""
     joined = script_text.replace("\\\n", " ")
     (line,) = [line for line in joined.splitlines() if line.startswith("srun ")]
-    return shlex.split(line)[1:]
+    return shlex.split(line)
+
+
+def slurm_command(script_text: str) -> list[str]:
+    """The torchrun command that ``srun`` starts on every node."""
+    words = srun_line(script_text)
+    return words[words.index("torchrun"):]
 
 
 def pbs_directives(script_text: str) -> list[str]:
@@ -86,20 +92,41 @@ def test_slurm_script_asks_for_one_torchrun_per_node_and_passes_bash_syntax(tmp_
                        "gpus-per-node": "4", "cpus-per-task": "16", "time": "00:30:00",
                        "partition": "gpu", "chdir": "/shared/course", "output": "%x-%j.out"}
     assert 'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)' in text
+    # Each size written once, in the #SBATCH lines: torchrun takes them from the allocation.
     assert slurm_command(text) == cluster.torchrun_command(
-        "train.py", nnodes=2, nproc_per_node=4, rdzv_endpoint="$HEAD_NODE:29400",
-        rdzv_id="$SLURM_JOB_ID", args=ARGS)
-    assert not re.search(r"^\s*export ", text, flags=re.MULTILINE)  # nothing node-specific
+        "train.py", nnodes="$SLURM_JOB_NUM_NODES", nproc_per_node="gpu",
+        rdzv_endpoint="$HEAD_NODE:29400", rdzv_id="$SLURM_JOB_ID", args=ARGS)
+    # srun asks for the CPUs again: Slurm 22.05 to 23.02 do not pass sbatch's on to a step.
+    assert srun_line(text)[:2] == ["srun", "--cpus-per-task=$SLURM_CPUS_PER_TASK"]
+    # Nothing node-specific is exported; only what makes a mistake fail loudly.
+    assert re.findall(r"^\s*export (.*)$", text, flags=re.MULTILINE) == [
+        "DDP_BACKEND=nccl", "DDP_WORKSHOP_DATASET=cifar10"]
     path = tmp_path / "job.sbatch"
     path.write_text(text)
     subprocess.run(["bash", "-n", str(path)], check=True, capture_output=True)
 
 
 def test_slurm_script_for_cpus_leaves_out_gpus_and_defaults_to_one_process():
-    text = cluster.slurm_script("train.py", nodes=3, gpus_per_node=0, cpus_per_task=8)
+    text = cluster.slurm_script("train.py", nodes=3, gpus_per_node=0, cpus_per_task=8,
+                                dataset="synthetic")
     assert "--gpus-per-node" not in text and "--partition" not in text
     assert "--nproc-per-node=1" in slurm_command(text)
-    assert "--nnodes=3" in slurm_command(text)
+    assert "--nnodes=$SLURM_JOB_NUM_NODES" in slurm_command(text)
+    assert re.findall(r"^export (.*)$", text, flags=re.MULTILINE) == [
+        "DDP_WORKSHOP_DATASET=synthetic"]  # no GPU asked for, so no NCCL demanded
+
+
+def test_slurm_script_takes_its_port_from_the_job_unless_given(tmp_path):
+    text = cluster.slurm_script("train.py", nodes=2, gpus_per_node=0, cpus_per_task=2)
+    assert "--rdzv-endpoint=$HEAD_NODE:$PORT" in slurm_command(text)
+    setting = next(line for line in text.splitlines() if line.startswith("PORT="))
+    ports = {job: subprocess.run(["bash", "-c", f"{setting}; echo $PORT"], check=True,
+                                 env={"SLURM_JOB_ID": str(job)}, capture_output=True,
+                                 text=True).stdout.strip() for job in (4711, 4712, 123456)}
+    assert ports == {4711: "24711", 4712: "24712", 123456: "23456"}
+    assert all(20000 <= int(port) < 32768 for port in ports.values())
+    assert "PORT=" not in cluster.slurm_script("train.py", nodes=2, gpus_per_node=0,
+                                               cpus_per_task=2, port=29400)
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
@@ -111,6 +138,7 @@ def test_slurm_script_for_cpus_leaves_out_gpus_and_defaults_to_one_process():
     ({"port": 0}, "port"),
     ({"job_name": "my job"}, "job_name"),
     ({"workdir": "/my folder"}, "workdir"),
+    ({"dataset": "imagenet"}, "dataset"),
 ])
 def test_slurm_script_rejects_bad_arguments(kwargs, message):
     given = {"nodes": 2, "gpus_per_node": 4, "cpus_per_task": 8, **kwargs}
@@ -155,14 +183,16 @@ def test_pbs_script_torchrun_form_runs_the_slurm_command_once_per_node(tmp_path)
     assert "cd /eagle/course" in text and "PBS_O_WORKDIR" not in text
     assert 'HEAD_NODE=$(head -n 1 "$PBS_NODEFILE")' in text
     mpiexec, command = pbs_command(text)[:5], pbs_command(text)[5:]
-    assert mpiexec == ["mpiexec", "-n", "3", "--ppn", "1"]
+    assert mpiexec == ["mpiexec", "-n", "$NNODES", "--ppn", "1"]
+    assert 'NNODES=$(sort -u "$PBS_NODEFILE" | wc -l)' in text  # the sizes from the allocation
     assert command == cluster.torchrun_command(
-        "train.py", nnodes=3, nproc_per_node=4, rdzv_endpoint="$HEAD_NODE:29400",
+        "train.py", nnodes="$NNODES", nproc_per_node="gpu", rdzv_endpoint="$HEAD_NODE:29400",
         rdzv_id="$PBS_JOBID", args=ARGS)
     slurm = slurm_command(cluster.slurm_script("train.py", nodes=3, gpus_per_node=4,
                                                cpus_per_task=16, args=ARGS, port=29400))
-    # The Slurm script's command; only the job id that names the rendezvous differs.
+    # The Slurm script's command; only the scheduler's names for the job and its size differ.
     assert [(p, s) for p, s in zip(command, slurm, strict=True) if p != s] == [
+        ("--nnodes=$NNODES", "--nnodes=$SLURM_JOB_NUM_NODES"),
         ("--rdzv-id=$PBS_JOBID", "--rdzv-id=$SLURM_JOB_ID")]
     assert "MASTER_ADDR" not in text  # torchrun sets it for its workers
     path = tmp_path / "job.pbs"
@@ -223,9 +253,12 @@ def test_pytorchjob_matches_the_schema_and_runs_the_slurm_command():
                                                cpus_per_task=16, args=ARGS, port=29400))
     for replica in ("Master", "Worker"):
         command = manifest_command(manifest, replica)
-        # The same command; only the machine's own name for the rendezvous host and job differ.
+        # The same command; only the sizes (Slurm's from the allocation, the manifest's its
+        # own) and the machine's own name for the rendezvous host and job differ.
         differences = [(k, s) for k, s in zip(command, slurm, strict=True) if k != s]
         assert differences == [
+            ("--nnodes=3", "--nnodes=$SLURM_JOB_NUM_NODES"),
+            ("--nproc-per-node=4", "--nproc-per-node=gpu"),
             ("--rdzv-endpoint=$(MASTER_ADDR):$(MASTER_PORT)", "--rdzv-endpoint=$HEAD_NODE:29400"),
             ("--rdzv-id=resnet", "--rdzv-id=$SLURM_JOB_ID"),
         ]
@@ -422,7 +455,7 @@ def test_jobs_with_restarts_give_every_attempt_its_own_store():
                                    max_restarts=3)
     assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in plain
     assert "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in elastic
-    assert elastic.index("export TORCH_DISABLE") < elastic.index("srun torchrun")
+    assert elastic.index("export TORCH_DISABLE") < elastic.index("\nsrun ")
     pbs = cluster.pbs_script("train.py", nodes=2, gpus_per_node=0, cpus_per_node=2,
                              launcher="torchrun", max_restarts=3)
     assert "--max-restarts=3" in pbs_command(pbs)

@@ -207,11 +207,12 @@ def test_the_pals_form_binds_with_its_depth_and_gives_each_process_its_gpu(tmp_p
                          "8"]  # ALCF's Polaris: 32 cores, 4 ranks of depth 8
     wrapper, command = words[9:13], words[13:]
     assert command == ["python", "train.py"]
-    for local_rank in ("0", "3"):
+    # In reverse, as ALCF's set_affinity_gpu_polaris.sh: local rank 0 on GPU 3, 3 on GPU 0.
+    for local_rank, gpu in (("0", "3"), ("1", "2"), ("3", "0"), ("4", "3")):
         seen = subprocess.run([*wrapper, "sh", "-c", 'echo "$CUDA_VISIBLE_DEVICES"'],
                               env={**os.environ, "PMI_LOCAL_RANK": local_rank},
                               capture_output=True, text=True, check=True)
-        assert seen.stdout.strip() == local_rank
+        assert seen.stdout.strip() == gpu, local_rank
     path = tmp_path / "job.pbs"
     path.write_text(text)
     subprocess.run(["bash", "-n", str(path)], check=True, capture_output=True)

@@ -39,6 +39,7 @@ TOOLS = ["munged", "slurmctld", "slurmd", "sbatch", "scontrol", "sinfo", "unshar
 # Each node has an address of its own on the loopback network (127.0.0.0/8), as machines have.
 NODES = {"n1": "127.0.0.2", "n2": "127.0.0.3"}
 JOB_TIMEOUT_S = 240
+NODE_CPUS = min(2, len(os.sched_getaffinity(0)))  # each node: this machine's cores, up to 2
 LIBRARY = Path(__file__).resolve().parents[1] / "ddp_lib"  # this clone's
 CLONE_ENV = LIBRARY.parent / ".venv"  # make setup's: the shared packages and this clone
 
@@ -102,9 +103,13 @@ def install_slurm() -> str | None:
 
 
 def slurm_conf(folder: Path, ctld_port: int, node_ports: list[int], munge_socket: Path) -> str:
-    """A one-machine cluster: no systemd, no cgroups, no accounting, every file in ``folder``."""
+    """A one-machine cluster: no systemd, no cgroups, no accounting, every file in ``folder``.
+
+    As clusters schedule today: by cores (``select/cons_tres`` with ``CR_Core``), each task
+    bound to the cores it was given (``task/affinity``); every node has this machine's cores.
+    """
     nodes = "\n".join(f"NodeName={name} NodeHostname={name} NodeAddr={address} Port={port} "
-                      "CPUs=1 State=UNKNOWN"
+                      f"CPUs={NODE_CPUS} State=UNKNOWN"
                       for (name, address), port in zip(NODES.items(), node_ports, strict=True))
     return f"""\
 ClusterName=ddpworkshop
@@ -122,11 +127,12 @@ SlurmdPidFile={folder}/slurmd-%n.pid
 SlurmctldLogFile={folder}/slurmctld.log
 SlurmdLogFile={folder}/slurmd-%n.log
 ProctrackType=proctrack/pgid
-TaskPlugin=task/none
+TaskPlugin=task/affinity
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 SchedulerType=sched/builtin
-SelectType=select/linear
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
 MpiDefault=none
 ReturnToService=2
 SlurmdTimeout=30
@@ -264,6 +270,69 @@ def test_generated_script_runs_on_two_slurm_nodes(slurm: dict[str, str], tmp_pat
     assert not processes_mentioning(str(tmp_path / "job.py"))
 
 
+# Every rank says which cores it may run on and how many threads it took: the course's rule, as
+# every lesson script calls it, and what its torchrun (the parent) was given.
+AFFINITY_JOB = """
+import os
+import socket
+import time
+
+import torch
+import torch.distributed as dist
+
+from course_helpers import backend_and_device
+
+backend, device = backend_and_device()
+dist.init_process_group(backend)
+print(f"rank={os.environ['RANK']} host={socket.gethostname()} backend={backend} "
+      f"cpus={len(os.sched_getaffinity(0))} "
+      f"torchrun_cpus={len(os.sched_getaffinity(os.getppid()))} "
+      f"threads={torch.get_num_threads()}", flush=True)
+dist.barrier()
+time.sleep(0.2)  # torch 2.4-2.7 can hang in destroy: pytorch/pytorch#154976
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.sweep
+def test_each_nodes_torchrun_and_its_ranks_get_the_cpus_the_job_asked_for(slurm: dict[str, str],
+                                                                          tmp_path: Path):
+    """Steps that take only what they ask (SLURM_EXACT=1, as sites that bind by default do),
+    task affinity, cores as the unit: on Slurm 22.05 a bare ``srun torchrun`` would give torchrun
+    and both its ranks one core; the generated job asks srun for the job's cores again."""
+    if NODE_CPUS < 2:
+        pytest.skip("needs two cores to tell a node's two from one")
+    (tmp_path / "affinity.py").write_text(AFFINITY_JOB)
+    batch = tmp_path / "affinity.sbatch"
+    batch.write_text(cluster.slurm_script("affinity.py", nodes=2, gpus_per_node=0,
+                                          cpus_per_task=NODE_CPUS, nproc_per_node=2,
+                                          job_name="ddp-affinity", time_limit="5",
+                                          workdir=str(tmp_path), dataset=None))
+    env = {**activated(slurm), "SLURM_EXACT": "1"}
+    for variable in ("PYTHONPATH", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS"):
+        env.pop(variable, None)
+    try:
+        done = subprocess.run(["sbatch", "--wait", str(batch)], env=env, capture_output=True,
+                              text=True, timeout=JOB_TIMEOUT_S)
+    finally:
+        subprocess.run(["scancel", "--name=ddp-affinity"], env=env, capture_output=True,
+                       timeout=30)
+    job_id = re.search(r"Submitted batch job (\d+)", done.stdout)
+    assert job_id, done.stdout + done.stderr
+    log = (tmp_path / f"ddp-affinity-{job_id.group(1)}.out").read_text()
+    assert done.returncode == 0, log
+    port = 20000 + int(job_id.group(1)) % 10000  # from the job's number
+    assert f"rendezvous at n1:{port}" in log, log
+    reports = {int(m.group(1)): dict(pair.split("=") for pair in m.group(2).split())
+               for m in re.finditer(r"^rank=(\d+) (.*)$", log, flags=re.MULTILINE)}
+    assert sorted(reports) == [0, 1, 2, 3], log  # $SLURM_JOB_NUM_NODES machines x 2
+    assert {report["host"] for report in reports.values()} == set(NODES)
+    for report in reports.values():
+        assert report["backend"] == "gloo"
+        assert report["torchrun_cpus"] == report["cpus"] == str(NODE_CPUS), log  # the job's ask
+        assert report["threads"] == str(NODE_CPUS // 2), log  # shared by the node's 2 ranks
+
+
 # Lesson 10's script under srun and under MPICH's mpiexec in a Slurm job, with no torchrun: the
 # batch script sets MASTER_ADDR to the job's first node, as the lesson's srun job does.
 ANYWHERE_BATCH = """\
@@ -271,6 +340,7 @@ ANYWHERE_BATCH = """\
 #SBATCH --job-name=ddp-anywhere
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
+#SBATCH --cpus-per-task=1
 #SBATCH --time=5
 #SBATCH --output={log}
 set -euo pipefail
@@ -278,8 +348,8 @@ cd {workdir}
 export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 export MASTER_PORT={ports[0]}
 echo "batch SLURM_PROCID=$SLURM_PROCID SLURM_LOCALID=$SLURM_LOCALID"
-srun python train_anywhere.py --epochs 1 --train-samples 64 --test-samples 32 --batch-size 16 \\
-    --checkpoint {workdir}/anywhere.pt
+srun --cpus-per-task="$SLURM_CPUS_PER_TASK" python train_anywhere.py --epochs 1 \\
+    --train-samples 64 --test-samples 32 --batch-size 16 --checkpoint {workdir}/anywhere.pt
 srun --mpi=pmi2 python probe.py
 MASTER_PORT={ports[1]} mpiexec -n 4 python probe.py
 """

@@ -108,8 +108,14 @@ def test_the_scripts_import_torch_and_the_standard_library_only(folder):
 def test_the_job_files_are_valid_and_run_the_folders_scripts(folder):
     for name in ("train_ddp.sbatch", "train_anywhere.pbs"):
         subprocess.run(["bash", "-n", folder / name], check=True)  # the shell's syntax check
-    assert "train_ddp.py --epochs 5" in (folder / "train_ddp.sbatch").read_text()
-    assert "train_anywhere.py" in (folder / "train_anywhere.pbs").read_text()
+    sbatch = (folder / "train_ddp.sbatch").read_text()
+    assert "train_ddp.py --epochs 5 --batch-size 32" in sbatch  # lesson 06's global batch
+    pbs = (folder / "train_anywhere.pbs").read_text()
+    assert "train_anywhere.py --epochs 5 --batch-size 32" in pbs
+    assert "--cpu-bind depth --depth 8" in pbs  # HPE Cray's mpiexec, as on ALCF's Polaris
+    assert "#PBS -A YOUR_PROJECT" in pbs and "#PBS -l filesystems=home:eagle" in pbs
+    for job in (sbatch, pbs):  # a GPU job fails loudly; no stand-in for the real data
+        assert "export DDP_BACKEND=nccl" in job and "export DDP_WORKSHOP_DATASET=cifar10" in job
     trainjob = yaml.safe_load((folder / "train_ddp.trainjob.yaml").read_text())
     assert trainjob["kind"] == "TrainJob" and "train_ddp.py" in trainjob["spec"]["trainer"][
         "command"]

@@ -53,17 +53,28 @@ def lesson_scripts(notebooks: Path = NOTEBOOKS) -> dict[str, tuple[str, str]]:
     return found
 
 
+# The sizes of the job files: two machines of four GPUs, each process with lesson 01's batch
+# divided by the GPUs, so that every step sees lesson 01's 128 images, as lesson 06's job does.
+GPUS_PER_NODE = 4
+JOB_ARGS = ["--epochs", 5, "--batch-size", 128 // GPUS_PER_NODE]
+
+
 def job_files() -> dict[str, str]:
     """The three job files, for two machines with four GPUs each (edit the sizes to yours)."""
-    args = ["--epochs", 5]
-    trainjob = cluster.trainjob_manifest("train_ddp.py", nodes=2, gpus_per_node=4,
+    trainjob = cluster.trainjob_manifest("train_ddp.py", nodes=2, gpus_per_node=GPUS_PER_NODE,
                                          cpus_per_node=32, image="pytorch/pytorch:latest",
-                                         args=args)
+                                         args=JOB_ARGS)
     return {
-        "train_ddp.sbatch": cluster.slurm_script("train_ddp.py", nodes=2, gpus_per_node=4,
-                                                 cpus_per_task=32, args=args),
-        "train_anywhere.pbs": cluster.pbs_script("train_anywhere.py", nodes=2, gpus_per_node=4,
-                                                 cpus_per_node=32, mpi="mpich", args=args),
+        "train_ddp.sbatch": cluster.slurm_script("train_ddp.py", nodes=2,
+                                                 gpus_per_node=GPUS_PER_NODE, cpus_per_task=32,
+                                                 args=JOB_ARGS),
+        # HPE Cray's mpiexec (PALS), as on ALCF's Polaris: qsub refuses a job without a project
+        # (-A), and ALCF's without the file systems it uses (-l filesystems).
+        "train_anywhere.pbs": cluster.pbs_script("train_anywhere.py", nodes=2,
+                                                 gpus_per_node=GPUS_PER_NODE, cpus_per_node=32,
+                                                 mpi="pals", queue="debug",
+                                                 account="YOUR_PROJECT",
+                                                 filesystems=["home", "eagle"], args=JOB_ARGS),
         "train_ddp.trainjob.yaml": cluster.to_yaml(trainjob),
     }
 
@@ -81,13 +92,23 @@ def readme(found: dict[str, tuple[str, str]]) -> str:
         "```bash",
         "torchrun --standalone --nproc-per-node=2 train_ddp.py --epochs 1",
         "mpiexec -n 2 python train_anywhere.py --epochs 1       # lesson 10: any launcher",
-        "sbatch train_ddp.sbatch          # Slurm (lesson 06); edit the sizes first",
-        "qsub train_anywhere.pbs          # PBS Pro (lesson 10)",
+        "sbatch train_ddp.sbatch          # Slurm (lesson 06); the sizes are its #SBATCH lines",
+        "qsub train_anywhere.pbs          # PBS Pro, HPE Cray's mpiexec (lesson 10): set -A first",
         "kubectl apply -f train_ddp.trainjob.yaml  # Kubeflow Trainer (lesson 06)",
         "```",
         "",
         "The data goes to `data/` here (`DDP_WORKSHOP_DATA_DIR` moves it): the real CIFAR-10,",
         "downloaded once, or offline a generated stand-in (`DDP_WORKSHOP_DATASET=synthetic`).",
+        "The job files ask for the real CIFAR-10 (`DDP_WORKSHOP_DATASET=cifar10`): compute nodes",
+        "are often offline, so prepare it here on the login node before submitting, and a job",
+        "that cannot find it stops with an error instead of training on the stand-in:",
+        "",
+        "```bash",
+        "DDP_WORKSHOP_DATASET=cifar10 python -c 'import course_helpers as c; c.prepare_cifar10()'",
+        "```",
+        "",
+        "GPU job files set `DDP_BACKEND=nccl`: a rank that sees no GPU stops instead of training",
+        "on the CPU.",
         "`report()` writes only where `DDP_LIB_METRICS_FILE` names a file: here it does nothing.",
         *(f"`{name}` also needs {', '.join(sorted(needs))}." for name, needs in ALSO_NEEDS.items()),
         "",

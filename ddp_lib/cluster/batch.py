@@ -54,44 +54,49 @@ def slurm_script(
     args: Sequence[str | int | float] = (),
     job_name: str = "ddp-workshop",
     time_limit: str = "00:30:00",
-    port: int = 29500,
+    port: int | None = None,
     partition: str | None = None,
     max_restarts: int = 0,
     workdir: str | os.PathLike | None = None,
     output: str = "%x-%j.out",
+    dataset: str | None = "cifar10",
 ) -> str:
-    """An ``sbatch`` script that runs ``script`` on ``nodes`` machines with ``srun torchrun``.
-
-    Slurm starts one task per node (``--ntasks-per-node=1``): that task is ``torchrun``, which
-    starts the node's ``nproc_per_node`` processes, one per GPU. The first node of the
-    allocation hosts the rendezvous and the job id names it, so two jobs never meet.
+    """An ``sbatch`` script that runs ``script`` on ``nodes`` machines with ``srun torchrun``:
+    one task per node, torchrun, which starts the node's processes, one per GPU. Each size is
+    written once, in the ``#SBATCH`` lines; the template says how the rest follows from them.
 
     Args:
         script: the training script, relative to ``workdir`` (a folder all nodes see).
         nodes: machines to allocate.
-        gpus_per_node: GPUs per machine; 0 for a CPU job (then no GPU line is written).
+        gpus_per_node: GPUs per machine; 0 for a CPU job (no GPU line, no ``DDP_BACKEND=nccl``).
         cpus_per_task: CPU cores per machine, shared by its processes (data loading, Gloo).
         nproc_per_node: processes per machine; ``None``: one per GPU, or 1 on CPUs.
         args: the script's own arguments.
         job_name: the name ``squeue`` shows (``%x`` in ``output``).
         time_limit: wall-time limit, e.g. ``"00:30:00"`` or ``"1-00:00:00"``.
-        port: the rendezvous port on the first node.
+        port: the rendezvous port on the first node; ``None``: from the job's number.
         partition: the Slurm partition (queue); ``None``: the cluster's default.
         max_restarts: how often torchrun restarts the workers after a failure.
         workdir: the job's working folder; ``None``: the folder ``sbatch`` is run from.
         output: the log file, relative to the working folder (``%j``: the job id).
+        dataset: ``DDP_WORKSHOP_DATASET``: ``"cifar10"`` (missing, an error), ``"synthetic"``,
+            or ``None`` to leave it out.
     """
     check_int("nodes", nodes, low=1)
     check_int("gpus_per_node", gpus_per_node, low=0)
     check_int("cpus_per_task", cpus_per_task, low=1)
     nproc = nproc_for(nproc_per_node, gpus_per_node)
-    check_port(port)
+    if port is not None:
+        check_port(port)
     check_words(job_name=job_name, partition=partition, output=output, workdir=workdir)
     if not isinstance(time_limit, str) or not _SLURM_TIME.fullmatch(time_limit):
         raise ValueError(f"time_limit must be Slurm's [days-]hours:minutes:seconds (or "
                          f"minutes), e.g. '00:30:00', got {time_limit!r}")
-    command = torchrun_command(script, nnodes=nodes, nproc_per_node=nproc,
-                               rdzv_endpoint=f"{HEAD_NODE}:{port}", args=args,
+    port_word = "$PORT" if port is None else str(port)
+    one_per_gpu = gpus_per_node and nproc == gpus_per_node
+    command = torchrun_command(script, nnodes="$SLURM_JOB_NUM_NODES",
+                               nproc_per_node="gpu" if one_per_gpu else nproc,
+                               rdzv_endpoint=f"{HEAD_NODE}:{port_word}", args=args,
                                rdzv_id="$SLURM_JOB_ID", max_restarts=max_restarts)
     options = [
         (f"--job-name={job_name}", "the name squeue shows; %x in the log file's name"),
@@ -108,9 +113,21 @@ def slurm_script(
     ]
     width = max(len(option) for option, _ in options) + len("#SBATCH ") + 2
     directives = "\n".join(f"{'#SBATCH ' + option:<{width}}# {why}" for option, why in options)
+    srun = 'srun --cpus-per-task="$SLURM_CPUS_PER_TASK" '
     return fill("slurm.sbatch", script=os.fspath(script), nodes=nodes, nproc=nproc,
-                world=nodes * nproc, directives=directives, port=port,
-                restarts=_restarts(max_restarts), command=_continued(["srun", *command])) + "\n"
+                world=nodes * nproc, directives=directives, port=port_word,
+                port_from_job=fill("slurm_port_from_job.sh") if port is None else "",
+                exports=_exports(gpus=bool(gpus_per_node), dataset=dataset),
+                per_node="one process per GPU" if one_per_gpu else f"{nproc} process(es)",
+                restarts=_restarts(max_restarts), command=srun + _continued(command)) + "\n"
+
+
+def _exports(*, gpus: bool, dataset: str | None) -> str:
+    """What a job file tells every rank, so that a mistake on the cluster fails loudly."""
+    if dataset not in ("cifar10", "synthetic", None):
+        raise ValueError(f"dataset must be 'cifar10', 'synthetic' or None, got {dataset!r}")
+    parts = ["job_env_nccl.sh"] * gpus + [f"job_env_{dataset}.sh"] * (dataset is not None)
+    return "\n".join(fill(part) for part in parts)
 
 
 def pbs_script(
@@ -131,6 +148,7 @@ def pbs_script(
     filesystems: Sequence[str] = (),
     max_restarts: int = 0,
     workdir: str | os.PathLike | None = None,
+    dataset: str | None = "cifar10",
 ) -> str:
     """A PBS Pro batch script (``qsub FILE``) that runs ``script`` on ``nodes`` machines.
 
@@ -144,10 +162,9 @@ def pbs_script(
     * ``launcher="torchrun"``: ``mpiexec -n NODES --ppn 1 torchrun ...``, one agent per machine
       running :func:`slurm_script`'s command.
 
-    With ``mpi`` named (``"mpich"``, Hydra; ``"pals"``, HPE Cray), the mpiexec form also pins
-    each process to ``cpus_per_node / nproc_per_node`` cores and, on a GPU machine, to its local
-    rank's GPU through ``CUDA_VISIBLE_DEVICES`` (the script then trains on ``cuda:0``). Without
-    ``port``, the port comes from the job's number, so two jobs on one machine differ.
+    With ``mpi`` named (``"mpich"``, Hydra; ``"pals"``, HPE Cray), the mpiexec form pins each
+    process to its share of the cores and to one GPU (``CUDA_VISIBLE_DEVICES``; PALS in
+    reverse, as ALCF does); the torchrun form gives each torchrun its machine's cores.
 
     Args:
         script: the training script, relative to ``workdir`` (a folder all nodes see).
@@ -166,10 +183,12 @@ def pbs_script(
         filesystems: ALCF's ``-l filesystems``, e.g. ``["home", "eagle"]``; empty: none.
         max_restarts: how often torchrun restarts the workers after a failure (torchrun only).
         workdir: the job's working folder; ``None``: the folder ``qsub`` is run from.
+        dataset: ``DDP_WORKSHOP_DATASET``, as in :func:`slurm_script`.
     """
     check_int("nodes", nodes, low=1)
     check_int("gpus_per_node", gpus_per_node, low=0)
     check_int("cpus_per_node", cpus_per_node, low=1)
+    exports = _exports(gpus=bool(gpus_per_node), dataset=dataset)
     nproc = nproc_for(nproc_per_node, gpus_per_node)
     if port is not None:
         check_port(port)
@@ -219,13 +238,21 @@ def pbs_script(
     if launcher == "mpiexec":
         launch = _pbs_mpiexec(script, nodes=nodes, nproc=nproc, port=port_word, args=args,
                               mpi=mpi, depth=max(1, cpus_per_node // nproc),
-                              gpus=bool(gpus_per_node))
+                              gpus=gpus_per_node)
     else:
-        command = torchrun_command(script, nnodes=nodes, nproc_per_node=nproc,
+        one_per_gpu = gpus_per_node and nproc == gpus_per_node
+        command = torchrun_command(script, nnodes="$NNODES",
+                                   nproc_per_node="gpu" if one_per_gpu else nproc,
                                    rdzv_endpoint=f"{HEAD_NODE}:{port_word}", args=args,
                                    rdzv_id="$PBS_JOBID", max_restarts=max_restarts)
-        launch = fill("pbs_torchrun.sh", restarts=_restarts(max_restarts), nodes=nodes,
-                      command=_continued(command))
+        bind = ([word.format(depth=cpus_per_node) for word in PBS_MPIS[mpi][0]]
+                if mpi else [])
+        launch = fill(
+            "pbs_torchrun.sh", restarts=_restarts(max_restarts),
+            per_node="one process per GPU" if one_per_gpu else f"{nproc} process(es)",
+            binding=(f"# torchrun and its processes get the machine's {cpus_per_node} cores "
+                     f"({' '.join(bind)})." if bind else ""),
+            bind="".join(f" {word}" for word in bind), command=_continued(command))
     cd = (f"cd {_shell_word(os.fspath(workdir))}  # the working folder, on a file system every "
           "node sees" if workdir else
           'cd "$PBS_O_WORKDIR"  # PBS starts in the home folder: work where qsub was run')
@@ -236,12 +263,12 @@ def pbs_script(
         cd=cd, server="group's store" if launcher == "mpiexec" else "rendezvous",
         port_from_job=fill("pbs_port_from_job.sh") if port is None else "",
         endpoint="store" if launcher == "mpiexec" else "rendezvous", port=port_word,
-        launch=launch) + "\n"
+        exports="\n" + exports if exports else "", launch=launch) + "\n"
 
 
 def _pbs_mpiexec(script, *, nodes: int, nproc: int, port: str,
                  args: Sequence[str | int | float], mpi: str | None, depth: int,
-                 gpus: bool) -> str:
+                 gpus: int) -> str:
     """mpiexec starts every process; the script maps mpiexec's variables onto torch's."""
     mpiexec = ["mpiexec", "-n", str(nodes * nproc), "--ppn", str(nproc)]
     command = ["python", os.fspath(script), *torchrun.script_args(args)]
@@ -251,15 +278,14 @@ def _pbs_mpiexec(script, *, nodes: int, nproc: int, port: str,
     binding, local_rank = PBS_MPIS[mpi]
     binding = [word.format(depth=depth) for word in binding]
     said = [f"# Each process gets {depth} CPU core(s) of its own ({' '.join(binding)})"
-            + (" and one GPU, its" if gpus else ".")]
+            + (" and one GPU," if gpus else ".")]
     parts = [" ".join([*mpiexec, *binding])]
     if gpus:  # bash names the process's GPU, then becomes it (exec)
-        said += [f"# local rank's: bash sets CUDA_VISIBLE_DEVICES=${local_rank}, then becomes "
-                 "python (exec), as",
-                 "# ALCF's set_affinity_gpu_polaris.sh does; the script then sees one GPU, "
-                 "cuda:0."]
+        # PALS: ALCF's set_affinity_gpu_polaris.sh's arithmetic; MPICH: the local rank's GPU
+        gpu = f"$(({gpus} - 1 - {local_rank} % {gpus}))" if mpi == "pals" else f"${local_rank}"
+        said.append(fill(f"pbs_gpu_{mpi}.sh"))
         parts.append(" ".join(_shell_word(word) for word in [
-            "bash", "-c", f'export CUDA_VISIBLE_DEVICES=${local_rank}; exec "$@"',
+            "bash", "-c", f'export CUDA_VISIBLE_DEVICES={gpu}; exec "$@"',
             "gpu-per-process"]))
     parts.append(" ".join(_shell_word(word) for word in command))
     return fill("pbs_mpiexec.sh", nproc=nproc, binding="\n".join(said), port=port,

@@ -15,7 +15,7 @@ from ddp_lib.launching.torchrun import HOST, OWN_STORE_ENV, check_int, check_por
 def torchrun_command(
     script: str | os.PathLike,
     *,
-    nnodes: int,
+    nnodes: int | str,
     nproc_per_node: int | str,
     rdzv_endpoint: str,
     args: Sequence[str | int | float] = (),
@@ -26,7 +26,8 @@ def torchrun_command(
 
     Args:
         script: the training script, a ``.py`` file (relative to the job's working folder).
-        nnodes: number of machines, one ``torchrun`` agent each.
+        nnodes: number of machines, one ``torchrun`` agent each, or the scheduler's variable
+            for it (``"$SLURM_JOB_NUM_NODES"``).
         nproc_per_node: processes per machine: a number, or torchrun's ``"gpu"``, ``"cpu"``,
             ``"auto"``.
         rdzv_endpoint: ``host:port`` every agent connects to; the host may be a variable that

@@ -39,7 +39,7 @@ def command(
     script: str | os.PathLike,
     *,
     nproc_per_node: int | str,
-    nnodes: int = 1,
+    nnodes: int | str = 1,
     rdzv_endpoint: str | None = None,
     rdzv_id: str | None = None,
     max_restarts: int = 0,
@@ -51,7 +51,8 @@ def command(
     Args:
         script: the training script.
         nproc_per_node: processes on the machine: a number, or ``"gpu"``, ``"cpu"``, ``"auto"``.
-        nnodes: machines (torchrun agents) in the job.
+        nnodes: machines (torchrun agents) in the job, or a variable that holds their number
+            (``"$SLURM_JOB_NUM_NODES"``).
         rdzv_endpoint: the rendezvous ``host:port`` (host may be a variable); ``None``: one machine.
         rdzv_id: a name unique to this job at the endpoint (needed with an endpoint).
         max_restarts: how often torchrun restarts all workers after one fails.
@@ -61,7 +62,8 @@ def command(
     Raises:
         ValueError: an argument that would give a broken command, with what is expected.
     """
-    check_int("nnodes", nnodes, low=1)
+    if not (isinstance(nnodes, str) and re.fullmatch(VARIABLE, nnodes)):
+        check_int("nnodes", nnodes, low=1)  # a number, or the scheduler's variable for it
     check_nproc(nproc_per_node)
     check_int("max_restarts", max_restarts, low=0)
     words = [f"--nnodes={nnodes}"] if nnodes != 1 else []
