@@ -540,19 +540,14 @@ def bound_by_launcher() -> bool:
         return False
 
 
-def thread_names() -> list[str] | None:
-    """The names of this process's threads, sorted; ``None`` where the system does not list them.
+def thread_ids() -> set[int]:
+    """The ids of this process's threads, from ``/proc`` (Linux; elsewhere none are listed).
 
-    Gloo runs the collectives on worker threads of its own (``pt_gloo_runloop`` from torch 2.11),
-    and ``destroy_process_group`` must stop them. Linux lists threads under ``/proc``.
+    Gloo runs the collectives on threads of its own, started by the group's first collective,
+    and ``destroy_process_group`` must stop them. Their names differ between releases
+    (``pt_gloo_runloop`` from torch 2.11, the main thread's name before), their ids do not:
+    lesson 05's script keeps the ids that appeared between ``init_process_group`` and its first
+    barrier, and looks for them after destroying the group.
     """
     tasks = Path("/proc/self/task")
-    if not tasks.is_dir():
-        return None
-    names = []
-    for task in tasks.iterdir():
-        try:
-            names.append((task / "comm").read_text().strip())
-        except OSError:  # the thread ended while we looked
-            pass
-    return sorted(names)
+    return {int(task.name) for task in tasks.iterdir()} if tasks.is_dir() else set()

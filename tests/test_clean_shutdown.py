@@ -13,13 +13,13 @@ results. That happened in 6 of 142 launches measured (about 1 in 25).
 The lessons' scripts import ``course_helpers`` before ``init_process_group``, and it imports the
 module, in a commented line (torchvision 0.29 does as well, 0.19 not). The script below imports
 it only where asked to (``--helpers``). The check is deterministic: after
-``destroy_process_group`` no Gloo worker thread (``pt_gloo_runloop``, the threads that run the
-collectives) may be left (Linux lists them).
+``destroy_process_group`` no thread that the group started (those that appeared between
+``init_process_group`` and DDP's first broadcast: Gloo's, whatever a release names them) may be
+left (Linux lists them).
 """
 
 from __future__ import annotations
 
-import ast
 import sys
 
 import pytest
@@ -41,15 +41,16 @@ DDP_SCRIPT = """
         import course_helpers  # noqa: F401  as the lessons' scripts do
 
 
-    def thread_names():
-        return sorted(Path(task, "comm").read_text().strip()
-                      for task in Path("/proc/self/task").iterdir())
+    def thread_ids():
+        return {task.name for task in Path("/proc/self/task").iterdir()}
 
 
     print("imported before init:", "torch.distributed.nn" in sys.modules, flush=True)
+    before = thread_ids()
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     model = DDP(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10)))
+    group = thread_ids() - before  # started by the group's first collective, DDP's broadcast
     print("imported by DDP:", "torch.distributed.nn" in sys.modules, flush=True)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for step in range(5):
@@ -58,13 +59,13 @@ DDP_SCRIPT = """
         nn.functional.cross_entropy(model(x), y).backward()
         optimizer.step()
     print("done", flush=True)
-    print("threads before destroy:", thread_names(), flush=True)
+    print("group threads before destroy:", len(group & thread_ids()), flush=True)
 
     dist.barrier()           # nobody leaves while a peer is still inside a collective
     del model, optimizer     # DDP's reducer holds the process group too
     time.sleep(0.2)  # torch 2.4-2.7 can hang in destroy: pytorch/pytorch#154976
     dist.destroy_process_group()
-    print("threads after destroy:", thread_names(), flush=True)
+    print("group threads after destroy:", len(group & thread_ids()), flush=True)
 """
 
 # One launch shows the cause (Gloo workers left), one the cure (course_helpers imported first),
@@ -77,21 +78,15 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="threads are listed from /proc")
 
 
-def gloo_workers_left(result, when: str = "after") -> dict[int, list[str]]:
-    """rank -> the Gloo worker threads that rank had ``when`` ("before"/"after") destroying."""
-    left = {}
+def group_threads(result, when: str = "after") -> dict[int, int]:
+    """rank -> how many of the group's threads that rank had ``when`` ("before"/"after")
+    destroying the group."""
+    alive = {}
     for rank in range(2):
         for line in result.output(rank).splitlines():
-            if line.startswith(f"threads {when} destroy:"):
-                names = ast.literal_eval(line.split(":", 1)[1].strip())
-                left[rank] = [n for n in names if n == "pt_gloo_runloop"]
-    return left
-
-
-def gloo_threads_named(result) -> bool:
-    """Whether this torch names Gloo's worker threads; older releases leave them the main
-    thread's name, and then the threads left cannot be told from the others."""
-    return all(gloo_workers_left(result, "before").values())
+            if line.startswith(f"group threads {when} destroy:"):
+                alive[rank] = int(line.split(":", 1)[1])
+    return alive
 
 
 @linux_only
@@ -104,14 +99,13 @@ def test_importing_torch_distributed_nn_late_keeps_gloo_alive(make_script):
     result = launch(script, nproc_per_node=2, timeout=180, stream=False, check=False)
     # Nothing the launch does imports it first.
     assert "imported before init: False" in result.output(0), result.output(0)
-    if not gloo_threads_named(result):
-        pytest.skip("this torch does not name Gloo's worker threads (pt_gloo_runloop)")
+    assert all(group_threads(result, "before").values()), result.output()  # the group's seen
     imported_by_ddp = "imported by DDP: True" in result.output(0)
     if not imported_by_ddp:
         pytest.skip("this torch's DDP does not import torch.distributed.nn: nothing to leak")
-    left = gloo_workers_left(result)
+    left = group_threads(result)
     assert sorted(left) == [0, 1], result.output()
-    assert all(left.values()), f"no Gloo worker survived destroy_process_group: {left}"
+    assert all(left.values()), f"no Gloo thread survived destroy_process_group: {left}"
 
 
 @linux_only
@@ -119,6 +113,5 @@ def test_with_course_helpers_imported_first_no_gloo_thread_outlives_destroy(make
     script = make_script("ddp_small.py", DDP_SCRIPT)
     result = launch(script, args=["--helpers"], nproc_per_node=2, timeout=180, stream=False)
     assert "imported before init: True" in result.output(0), result.output(0)
-    if not gloo_threads_named(result):
-        pytest.skip("this torch does not name Gloo's worker threads (pt_gloo_runloop)")
-    assert gloo_workers_left(result) == {0: [], 1: []}, result.output()
+    assert all(group_threads(result, "before").values()), result.output()  # the group's seen
+    assert group_threads(result) == {0: 0, 1: 0}, result.output()

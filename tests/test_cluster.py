@@ -501,3 +501,25 @@ def test_pytorchjob_command_stays_on_c10d_beside_the_operators_variables(monkeyp
     bare = parse_args(["train.py"])
     assert (bare.rdzv_backend, bare.nnodes, int(bare.node_rank)) == ("static", "3", 2)
     assert bare.nproc_per_node == "auto"
+
+
+def test_slurm_script_with_notice_requeues_itself_after_the_ranks_stop(tmp_path):
+    """The trap runs only between commands, so srun runs in the background and the shell waits;
+    the script is told where the stop file will appear and to resume (tests/test_slurm.py runs
+    it on a real Slurm)."""
+    text = cluster.slurm_script("train_ddp_resume.py", nodes=2, gpus_per_node=4,
+                                cpus_per_task=16, notice_s=300, port=29400)
+    options = re.findall(r"^#SBATCH (--\S+)", text, flags=re.MULTILINE)
+    assert {"--signal=B:USR1@300", "--requeue", "--open-mode=append"} <= set(options)
+    assert slurm_command(text)[-4:] == ["--resume", "--stop-file", "$STOP_FILE", "&"]
+    assert text.rstrip().endswith("&\nwait")
+    trap = next(line for line in text.splitlines() if line.startswith("trap "))
+    assert shlex.split(trap)[1:] == [
+        'touch "$STOP_FILE"; wait; scontrol requeue "$SLURM_JOB_ID"', "USR1"]
+    assert "--signal" not in cluster.slurm_script("t.py", nodes=1, gpus_per_node=0,
+                                                  cpus_per_task=1)
+    with pytest.raises(ValueError, match="notice_s"):
+        cluster.slurm_script("t.py", nodes=1, gpus_per_node=0, cpus_per_task=1, notice_s=0)
+    path = tmp_path / "job.sbatch"
+    path.write_text(text)
+    subprocess.run(["bash", "-n", str(path)], check=True, capture_output=True)

@@ -40,7 +40,8 @@ TOOLS = ["munged", "slurmctld", "slurmd", "sbatch", "scontrol", "sinfo", "unshar
 NODES = {"n1": "127.0.0.2", "n2": "127.0.0.3"}
 JOB_TIMEOUT_S = 240
 NODE_CPUS = min(2, len(os.sched_getaffinity(0)))  # each node: this machine's cores, up to 2
-LIBRARY = Path(__file__).resolve().parents[1] / "ddp_lib"  # this clone's
+ROOT = Path(__file__).resolve().parents[1]
+LIBRARY = ROOT / "ddp_lib"  # this clone's
 CLONE_ENV = LIBRARY.parent / ".venv"  # make setup's: the shared packages and this clone
 
 
@@ -435,3 +436,80 @@ def test_lesson_10_script_runs_unchanged_under_srun_and_mpiexec(slurm: dict[str,
     assert [ranks[r]["mapped"] for r in range(4)] == [[r, 4, r // 2, 2] for r in range(4)], text
     assert ranks[3]["seen"] == lesson_10_environment("mpiexec_in_slurm"), text  # exercise 2's
     assert not processes_mentioning(str(tmp_path))
+
+
+def job_state(env: dict[str, str], job_id: str) -> dict[str, str]:
+    """``scontrol show job``'s fields, e.g. ``JobState`` and ``Restarts``."""
+    shown = subprocess.run(["scontrol", "show", "job", job_id], env=env, capture_output=True,
+                           text=True, timeout=30).stdout
+    return dict(re.findall(r"(\w+)=(\S*)", shown))
+
+
+def run_to_the_end(env: dict[str, str], batch: Path, *, notice_when: Path | None = None,
+                   within: float = JOB_TIMEOUT_S) -> str:
+    """Submit ``batch``; once ``notice_when`` exists, give the batch shell Slurm's notice (USR1,
+    what ``--signal=B:USR1@N`` sends N seconds before the limit); wait for the job's end."""
+    submitted = subprocess.run(["sbatch", "--parsable", str(batch)], env=env, check=True,
+                               capture_output=True, text=True, timeout=30)
+    job_id = submitted.stdout.strip().split(";")[0]
+    deadline, noticed = time.monotonic() + within, notice_when is None
+    try:
+        while time.monotonic() < deadline:
+            if not noticed and notice_when.exists():
+                subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], env=env,
+                               check=True, capture_output=True, timeout=30)
+                noticed = True
+            state = job_state(env, job_id)
+            if state.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+                return job_id
+            if state.get("JobState") == "PENDING" and state.get("Restarts") == "1":
+                # Slurm holds a requeued job for minutes before it may start again (its begin
+                # time); how long is the site's business, so the test lets it start at once.
+                subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"],
+                               env=env, capture_output=True, timeout=30)
+            time.sleep(0.2)
+        pytest.fail(f"job {job_id} did not end within {within:g} s: {job_state(env, job_id)}")
+    finally:
+        subprocess.run(["scancel", job_id], env=env, capture_output=True, timeout=30)
+
+
+@pytest.mark.sweep
+def test_a_job_given_notice_checkpoints_requeues_and_ends_as_if_uninterrupted(
+        slurm: dict[str, str], tmp_path: Path):
+    """The generated job with ``notice_s``: given Slurm's notice after its first checkpoint, its
+    ranks stop after the next one, the job requeues itself, and the second run resumes there and
+    ends with the weights of a job that was never interrupted."""
+    scripts.from_notebook(ROOT / "notebooks" / "05_ddp.ipynb", "train_ddp_resume.py",
+                          directory=tmp_path, quiet=True)
+    fingerprints = {}
+    for name in ("interrupted", "uninterrupted"):
+        folder = tmp_path / name
+        folder.mkdir()
+        shutil.copy(tmp_path / "train_ddp_resume.py", folder)
+        batch = folder / "job.sbatch"
+        batch.write_text(cluster.slurm_script(
+            "train_ddp_resume.py", nodes=2, gpus_per_node=0, cpus_per_task=NODE_CPUS,
+            nproc_per_node=1, job_name=f"ddp-{name}", time_limit="10", workdir=str(folder),
+            dataset="synthetic", notice_s=60,
+            args=["--epochs", 12, "--train-samples", 1024, "--test-samples", 128,
+                  "--batch-size", 32, "--checkpoint", "resume.pt"]))
+        env = {**activated(slurm), metrics.ENV_VAR: str(folder / "metrics.jsonl")}
+        for variable in ("PYTHONPATH", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS"):
+            env.pop(variable, None)
+        job_id = run_to_the_end(env, batch, notice_when=(folder / "resume.pt")
+                                if name == "interrupted" else None)
+        state = job_state(env, job_id)
+        log = (folder / f"ddp-{name}-{job_id}.out").read_text()
+        assert state["JobState"] == "COMPLETED", log
+        records = metrics.read(folder / "metrics.jsonl")
+        fingerprints[name] = {r["rank"]: r["sha256"] for r in records
+                              if r["name"] == "weights_sum"}
+        if name == "interrupted":
+            assert state["Restarts"] == "1", state  # requeued once, by its own trap
+            assert log.count(f"job {job_id} on ") == 2, log  # the two runs, in one log
+            resumed = re.findall(r"resumed from resume\.pt after epoch (\d+)", log)
+            assert len(resumed) == 1 and int(resumed[0]) < 11, log  # stopped early, went on
+            epochs = [r["step"] for r in records if r["name"] == "train_loss" and r["rank"] == 0]
+            assert epochs == list(range(12)), epochs  # every epoch once, across the two runs
+    assert fingerprints["interrupted"] == fingerprints["uninterrupted"], fingerprints
+    assert len(set(fingerprints["uninterrupted"].values())) == 1

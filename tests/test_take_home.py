@@ -105,6 +105,25 @@ def test_the_scripts_import_torch_and_the_standard_library_only(folder):
         assert outside == take_home.ALSO_NEEDS.get(path.name, set()), path.name
 
 
+def test_the_readme_names_what_to_carry_and_what_fails_on_purpose(folder):
+    text = (folder / "README.md").read_text()
+    carry = text[text.index("## What to carry"):text.index("## The lessons' demonstrations")]
+    for name in take_home.TRAINERS:
+        assert f"| `{name}` |" in carry, name
+        assert (folder / name).exists(), name
+    demos = text[text.index("## The lessons' demonstrations"):]
+    for name, why in take_home.ON_PURPOSE.items():
+        assert f"`{name}` ({why})" in demos and name not in take_home.TRAINERS, name
+
+
+def test_every_job_files_script_is_one_the_torch_only_test_runs(folder):
+    """train_ddp.py under torchrun, train_anywhere.py under mpiexec (the test below)."""
+    run_here = {"train_ddp.py", "train_anywhere.py"}
+    for name, text in take_home.job_files().items():
+        used = {script for script in take_home.TRAINERS if script in text}
+        assert used and used <= run_here, (name, used)
+
+
 def test_the_job_files_are_valid_and_run_the_folders_scripts(folder):
     for name in ("train_ddp.sbatch", "train_anywhere.pbs"):
         subprocess.run(["bash", "-n", folder / name], check=True)  # the shell's syntax check

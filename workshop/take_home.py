@@ -79,15 +79,46 @@ def job_files() -> dict[str, str]:
     }
 
 
+# The scripts a learner carries to a cluster, and how each runs there; every other script is a
+# lesson's demonstration. The torch-only test runs each job file's script (tests/test_take_home.py).
+TRAINERS = {
+    "train_single.py": ("lesson 01: one device", "`python train_single.py`"),
+    "train_ddp.py": ("lesson 05: DDP, one process per GPU",
+                     "`torchrun`, `sbatch train_ddp.sbatch`, "
+                     "`kubectl apply -f train_ddp.trainjob.yaml`"),
+    "train_ddp_resume.py": ("lesson 05's second step: a checkpoint every epoch, `--resume`, "
+                            "`--stop-file` (a job that requeues itself near its time limit, "
+                            "lesson 06), `--accumulate`", "`torchrun`, `sbatch`"),
+    "train_amp.py": ("lesson 07: mixed precision (`--precision bf16` or `fp16`)", "`torchrun`"),
+    "train_anywhere.py": ("lesson 10: under torchrun, `srun` or `mpiexec`, unchanged",
+                          "`qsub train_anywhere.pbs`, `srun python train_anywhere.py`, "
+                          "`mpiexec -n 2 python train_anywhere.py`"),
+    "train_fsdp.py": ("lesson 11: FSDP2 (on CPUs from torch 2.9)", "`torchrun`"),
+}
+# Demonstrations that fail or hang on purpose, for what their lesson shows.
+ON_PURPOSE = {
+    "broken.py": "rank 1 raises: what a failing rank looks like",
+    "eval_on_rank0.py": "a collective only rank 0 calls: hangs unless given `--fixed`",
+    "uneven.py": "uneven data: hangs unless given `--fix join` or `--fix sampler`",
+    "late_rank.py": "a rank that comes late: `monitored_barrier` names it, and fails",
+    "legacy_local_rank.py": "reads `--local_rank`: `torch.distributed.launch` passes "
+                            "`--local-rank` and it fails; under `torchrun` every rank reads 0",
+    "fit_on_gpu.py": "GPUs only; `--strategy ddp` runs out of memory on purpose",
+}
+
+
 def readme(found: dict[str, tuple[str, str]]) -> str:
-    by_lesson: dict[str, list[str]] = {}
+    demos: dict[str, list[str]] = {}
     for name, (lesson, _) in found.items():
-        by_lesson.setdefault(lesson, []).append(name)
+        if name not in TRAINERS:
+            demos.setdefault(lesson, []).append(
+                f"`{name}`" + (f" ({ON_PURPOSE[name]})" if name in ON_PURPOSE else ""))
     lines = [
         "# The ddp-workshop scripts",
         "",
-        "Every lesson's scripts as the lessons write them, with `course_helpers.py` (the data, the",
-        "models, `report`) beside them. They need torch and torchvision, nothing else:",
+        "Every lesson's scripts as the lessons write them, with `course_helpers.py` (the device",
+        "rule, the data, the models, `report`) beside them. They need torch and torchvision,",
+        "nothing else:",
         "",
         "```bash",
         "torchrun --standalone --nproc-per-node=2 train_ddp.py --epochs 1",
@@ -96,6 +127,13 @@ def readme(found: dict[str, tuple[str, str]]) -> str:
         "qsub train_anywhere.pbs          # PBS Pro, HPE Cray's mpiexec (lesson 10): set -A first",
         "kubectl apply -f train_ddp.trainjob.yaml  # Kubeflow Trainer (lesson 06)",
         "```",
+        "",
+        "## What to carry to a cluster",
+        "",
+        "| script | what it does | how it runs |",
+        "|---|---|---|",
+        *(f"| `{name}` | {what} | {how} |" for name, (what, how) in TRAINERS.items()
+          if name in found),
         "",
         "The data goes to `data/` here (`DDP_WORKSHOP_DATA_DIR` moves it): the real CIFAR-10,",
         "downloaded once, or offline a generated stand-in (`DDP_WORKSHOP_DATASET=synthetic`).",
@@ -112,9 +150,14 @@ def readme(found: dict[str, tuple[str, str]]) -> str:
         "`report()` writes only where `DDP_LIB_METRICS_FILE` names a file: here it does nothing.",
         *(f"`{name}` also needs {', '.join(sorted(needs))}." for name, needs in ALSO_NEEDS.items()),
         "",
+        "## The lessons' demonstrations",
+        "",
+        "Each shows one thing, with the arguments its lesson gives it; some fail or hang on",
+        "purpose.",
+        "",
     ]
-    for lesson, names in by_lesson.items():
-        lines.append(f"- **{lesson}**: " + ", ".join(f"`{name}`" for name in names))
+    for lesson, names in demos.items():
+        lines.append(f"- **{lesson}**: " + ", ".join(names))
     return "\n".join(lines) + "\n"
 
 

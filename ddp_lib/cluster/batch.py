@@ -60,6 +60,7 @@ def slurm_script(
     workdir: str | os.PathLike | None = None,
     output: str = "%x-%j.out",
     dataset: str | None = "cifar10",
+    notice_s: int | None = None,
 ) -> str:
     """An ``sbatch`` script that runs ``script`` on ``nodes`` machines with ``srun torchrun``:
     one task per node, torchrun, which starts the node's processes, one per GPU. Each size is
@@ -81,6 +82,9 @@ def slurm_script(
         output: the log file, relative to the working folder (``%j``: the job id).
         dataset: ``DDP_WORKSHOP_DATASET``: ``"cifar10"`` (missing, an error), ``"synthetic"``,
             or ``None`` to leave it out.
+        notice_s: seconds before the time limit at which the job asks its ranks to stop after
+            their next checkpoint, then requeues itself; the script takes ``--resume`` and
+            ``--stop-file`` (lesson 05's ``train_ddp_resume.py``). ``None``: no requeue.
     """
     check_int("nodes", nodes, low=1)
     check_int("gpus_per_node", gpus_per_node, low=0)
@@ -92,6 +96,9 @@ def slurm_script(
     if not isinstance(time_limit, str) or not _SLURM_TIME.fullmatch(time_limit):
         raise ValueError(f"time_limit must be Slurm's [days-]hours:minutes:seconds (or "
                          f"minutes), e.g. '00:30:00', got {time_limit!r}")
+    if notice_s is not None:
+        check_int("notice_s", notice_s, low=1)
+        args = [*args, "--resume", "--stop-file", "$STOP_FILE"]
     port_word = "$PORT" if port is None else str(port)
     one_per_gpu = gpus_per_node and nproc == gpus_per_node
     command = torchrun_command(script, nnodes="$SLURM_JOB_NUM_NODES",
@@ -110,6 +117,9 @@ def slurm_script(
         *([(f"--chdir={os.fspath(workdir)}", "working folder, on a file system every node sees")]
           if workdir else []),
         (f"--output={output}", "log file: %x job name, %j job id"),
+        *([(f"--signal=B:USR1@{notice_s}", "USR1 to this shell that long before the limit"),
+           ("--requeue", "the job may be put back in the queue"),
+           ("--open-mode=append", "a requeued run adds to the log")] if notice_s else []),
     ]
     width = max(len(option) for option, _ in options) + len("#SBATCH ") + 2
     directives = "\n".join(f"{'#SBATCH ' + option:<{width}}# {why}" for option, why in options)
@@ -119,7 +129,9 @@ def slurm_script(
                 port_from_job=fill("slurm_port_from_job.sh") if port is None else "",
                 exports=_exports(gpus=bool(gpus_per_node), dataset=dataset),
                 per_node="one process per GPU" if one_per_gpu else f"{nproc} process(es)",
-                restarts=_restarts(max_restarts), command=srun + _continued(command)) + "\n"
+                restarts=_restarts(max_restarts),
+                requeue=fill("slurm_requeue.sh", notice=notice_s) if notice_s else "",
+                command=srun + _continued(command) + (" &\nwait" if notice_s else "")) + "\n"
 
 
 def _exports(*, gpus: bool, dataset: str | None) -> str:
