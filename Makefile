@@ -230,6 +230,9 @@ schedule: setup
 # options, e.g. make bench BENCH_ARGS="--quick" or BENCH_ARGS="--only notebooks".
 BENCH_ARGS ?=
 bench: export DDP_WORKSHOP_DATASET ?= synthetic
+# The benchmark runs the printed torchrun command by name, as a person with this clone's
+# environment activated does.
+bench: export PATH := $(CLONE_ENV)/bin:$(PATH)
 bench: setup
 	"$(BIN)/python" -m benchmarks.run_all $(BENCH_ARGS)
 

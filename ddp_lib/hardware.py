@@ -105,11 +105,6 @@ def default_nproc_per_node(hw: Hardware | None = None) -> int:
     return hw.cuda_gpus if hw.cuda_gpus > 0 else 2
 
 
-def script_backend(gpus: int) -> str:
-    """The backend a lesson script picks with ``DDP_BACKEND`` unset: NCCL where it sees a GPU."""
-    return "nccl" if gpus > 0 else "gloo"
-
-
 def plan(nproc_per_node: int | None = None, backend: str | None = None,
          hw: Hardware | None = None) -> Plan:
     """Choose backend and device for ``nproc_per_node`` processes on this machine.
@@ -142,7 +137,8 @@ def plan(nproc_per_node: int | None = None, backend: str | None = None,
     asked = backend is not None
     if backend is None:
         backend = "nccl" if enough_gpus and hw.nccl_available else "gloo"
-    backend_set = asked or backend != script_backend(hw.cuda_gpus)
+    # The rule (course_helpers.backend_and_device) picks NCCL where it sees a GPU, unless told
+    backend_set = asked or backend != ("nccl" if hw.cuda_gpus else "gloo")
     if backend == "nccl":
         reason = f"{hw.cuda_gpus} CUDA GPU(s) for {n} process(es): one GPU each, NCCL between them."
         return Plan(n, "nccl", "cuda", max(1, hw.cpu_cores // n), reason, backend_set)

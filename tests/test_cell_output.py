@@ -51,6 +51,7 @@ def test_a_quiet_launch_shows_progress_and_a_stale_result_is_refused(make_script
     assert not re.search(r"^\[rank\d\] step", out + err, re.M), out + err
     bar = err.replace("\r", "\n").strip().splitlines()[-1]
     assert bar.startswith("counter.py: 6 lines from the ranks ["), bar
+    assert re.search(r"finished in \d+\.\d s$", bar), bar  # not what it last waited for
     assert (result.run_dir / "output.log").read_text().count("] step ") == 6
 
     result.require_current()  # the script is as it was launched
@@ -61,12 +62,16 @@ def test_a_quiet_launch_shows_progress_and_a_stale_result_is_refused(make_script
 
 
 def test_a_quiet_launch_whose_ranks_print_nothing_says_so(make_script, capsys):
-    script = make_script("silent.py", "import time\ntime.sleep(8)\n")
+    """What the bar says is what the launch sees: no ranks yet, ranks that may still be
+    importing torch, then ranks that have run for a while and printed nothing."""
+    script = make_script("silent.py", "import time\ntime.sleep(14)\n")
     launch(script, nproc_per_node=2, stream=False, timeout=120)
     err = capsys.readouterr().err.replace("\r", "\n")
-    assert "starting: each rank imports torch" in err  # at first
-    assert re.search(r"started, no line from the ranks for \d+ s \(timeout 120 s, \d+ s left\)",
-                     err), err
+    assert re.search(r"the ranks started \d+ s ago: each imports torch first \(timeout 120 s, "
+                     r"\d+ s left\)", err), err
+    assert re.search(r"the ranks started \d+ s ago, and print nothing \(timeout 120 s, \d+ s "
+                     r"left\)", err), err
+    assert re.search(r"finished in \d+\.\d s$", err.strip().splitlines()[-1]), err
 
 
 @pytest.fixture

@@ -74,6 +74,29 @@ def test_ci_runs_the_readmes_test_commands():
     assert "make test " in readme and "make test-browser" in readme
 
 
+def documented_targets() -> list[str]:
+    """Every ``make TARGET [VAR=value]`` the README tells a reader to type."""
+    text = (ROOT / "README.md").read_text()
+    found = re.findall(r"`?make ([a-z][a-z-]*(?: [A-Z]+=[\w.]+)*)", text)
+    return sorted({command for command in found if command.split()[0] != "target"})
+
+
+@pytest.mark.parametrize("command", documented_targets())
+def test_every_documented_target_runs_in_its_dry_form(command):
+    """``make -n``: each target exists and its recipe expands (what it would run is printed)."""
+    done = subprocess.run(["make", "-n", *command.split()], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def test_the_benchmarks_find_torchrun_by_name_as_a_person_does():
+    """They run the printed torchrun command, which the clone's environment puts on PATH."""
+    done = subprocess.run(["make", "-n", "-p", "bench"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert re.search(rf"^bench: PATH := {re.escape(str(ROOT))}/\.venv/bin:", done.stdout,
+                     re.MULTILINE), "make bench must put the clone's environment on PATH"
+
+
 def test_readme_lists_every_notebook():
     readme = (ROOT / "README.md").read_text()
     for notebook in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):

@@ -46,6 +46,7 @@ class Echo:
     """
 
     SILENCE_S = 5.0  # a streamed launch that printed nothing for this long says it waits
+    IMPORT_S = 10.0  # what a rank may take to import torch: said as such until then
 
     def __init__(self, stream: bool, multi_node: bool, script: Path, timeout: float,
                  log: Path | None):
@@ -61,7 +62,8 @@ class Echo:
         self.hidden = 0
         self.agent_traceback: set[int] = set()
         self.quiet_agents = False
-        self.last_line = time.monotonic()
+        self.last_line = self.started = time.monotonic()
+        self.ranks_started: float | None = None  # when the launch first saw its ranks' processes
         self.waiting_said = 0.0
         self.bar = None if stream else _progress_bar(script)
         self.bar_drawn = 0.0
@@ -98,25 +100,31 @@ class Echo:
     def tick(self) -> None:
         """Called while no line arrives: keep the bar's clock going, or say what is awaited."""
         now = time.monotonic()
+        silent = now - self.last_line
         if self.bar is not None:
             if now - self.bar_drawn >= 1.0:  # the clock moves in seconds
                 self.bar_drawn = now
-                silent = now - self.last_line
                 if not self.rank_lines and silent >= self.SILENCE_S:
-                    self.bar.set_postfix_str(
-                        f"started, no line from the ranks for {silent:.0f} s (timeout "
-                        f"{self.timeout:g} s, {max(0.0, self.deadline - now):.0f} s left)",
-                        refresh=False)
+                    self.bar.set_postfix_str(f"{self._waiting(now)} (timeout {self.timeout:g} s, "
+                                             f"{max(0.0, self.deadline - now):.0f} s left)",
+                                             refresh=False)
                 self.bar.refresh()
             return
-        silent = now - self.last_line
         if self.stream and not self.quiet_agents and silent >= self.SILENCE_S \
                 and now - self.waiting_said >= max(self.SILENCE_S, silent / 2):
             self.waiting_said = now
-            left = max(0.0, self.deadline - now)
-            starting = "" if self.rank_lines else " (starting takes seconds: each imports torch)"
-            self.note(f"{silent:.0f} s without a line from the ranks{starting}; waiting up to "
-                      f"the timeout, {self.timeout:g} s ({left:.0f} s left)")
+            waiting = (self._waiting(now) if not self.rank_lines
+                       else f"the ranks have printed nothing for {silent:.0f} s")
+            self.note(f"{waiting}; waiting up to the timeout, {self.timeout:g} s "
+                      f"({max(0.0, self.deadline - now):.0f} s left)")
+
+    def _waiting(self, now: float) -> str:
+        """What a launch whose ranks have printed nothing yet waits for, as far as it sees."""
+        if self.ranks_started is None:
+            return f"{now - self.started:.0f} s, and the launcher has not started the ranks yet"
+        ran = now - self.ranks_started
+        return f"the ranks started {ran:.0f} s ago" + (": each imports torch first" if ran <
+                                                       self.IMPORT_S else ", and print nothing")
 
     def stopping(self) -> None:
         """From now on the launcher only reports being stopped: keep that out of the cell."""
@@ -144,6 +152,9 @@ class Echo:
             self.log.close()
             self.log = None
         if bar is not None:
+            if not failure:  # a finished launch's bar says so, not what it last waited for
+                bar.set_postfix_str(f"finished in {time.monotonic() - self.started:.1f} s",
+                                    refresh=False)
             bar.close()
             if failure:
                 mark_failed(bar, failure)
@@ -164,5 +175,5 @@ def _progress_bar(script: Path):
 
     bar = tqdm(desc=script.name, unit=" lines", disable=False, mininterval=0.5,
                bar_format="{desc}: {n_fmt}{unit} from the ranks [{elapsed}]{postfix}")
-    bar.set_postfix_str("starting: each rank imports torch", refresh=False)
+    bar.set_postfix_str("starting", refresh=False)
     return bar

@@ -139,6 +139,8 @@ def _relay(agents: list[Agent], procs: list[subprocess.Popen],
             refreshed = now
             for watcher in watchers:
                 watcher.refresh()
+            if echo.ranks_started is None and any(w.workers() for w in watchers):
+                echo.ranks_started = now
         try:
             item = lines.get(timeout=0.1)
         except queue.Empty:
