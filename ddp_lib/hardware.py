@@ -137,8 +137,7 @@ def plan(nproc_per_node: int | None = None, backend: str | None = None,
     asked = backend is not None
     if backend is None:
         backend = "nccl" if enough_gpus and hw.nccl_available else "gloo"
-    # The rule (course_helpers.backend_and_device) picks NCCL where it sees a GPU, unless told
-    backend_set = asked or backend != ("nccl" if hw.cuda_gpus else "gloo")
+    backend_set = asked or backend != ("nccl" if hw.cuda_gpus else "gloo")  # the scripts' rule
     if backend == "nccl":
         reason = f"{hw.cuda_gpus} CUDA GPU(s) for {n} process(es): one GPU each, NCCL between them."
         return Plan(n, "nccl", "cuda", max(1, hw.cpu_cores // n), reason, backend_set)

@@ -96,6 +96,21 @@ def test_launch_streams_ranks_and_collects_metrics(make_script, capsys):
     assert (result.run_dir / "torchrun").is_dir()  # torchrun's logs stay with the launch
 
 
+def test_one_process_is_shown_the_threads_variable_that_torchrun_would_not_set(make_script,
+                                                                              capsys,
+                                                                              monkeypatch):
+    """torchrun sets OMP_NUM_THREADS=1 itself for two processes or more, and for one it does
+    not: a launch that sets it for one process prints it in front of the command."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    script = make_script("threads.py", "import torch\nprint('threads', torch.get_num_threads())\n")
+    one = launch(script, nproc_per_node=1, timeout=120)
+    typed = f"torchrun --standalone --nproc-per-node=1 {script}"
+    assert capsys.readouterr().out.splitlines()[0] == f"$ OMP_NUM_THREADS=1 {typed}"
+    assert "threads 1" in one.output(0)
+    launch(script, nproc_per_node=2, timeout=120)  # torchrun's own setting: nothing to print
+    assert capsys.readouterr().out.splitlines()[0] == f"$ {typed.replace('=1 ', '=2 ')}"
+
+
 def test_the_printed_command_pasted_in_a_terminal_gives_the_same_run(make_script, workdir,
                                                                      capsys):
     """What a cell prints after ``$`` is the whole run: the same line in a shell, in the same

@@ -204,17 +204,19 @@ def _run(script: Path, agents: list[Agent], run_dir: Path, metrics_file: Path, t
     return result
 
 
-# Set for the notebook alone (torchrun sets OMP_NUM_THREADS itself for two processes or more);
-# any other variable the launch sets changes what a rank does, so it is printed before the command.
-NOTEBOOK_ONLY_ENV = frozenset({"PYTHONPATH", "PYTHONUNBUFFERED", "OMP_NUM_THREADS",
-                               metrics.ENV_VAR, stacks.ENV_VAR, records.ENV_VAR,
-                               "DDP_WORKSHOP_RANK_ERRORS", *torchrun.supervision(Path())})
+# Set for the notebook alone; any other variable the launch sets changes what a rank does, so it
+# is printed before the command (OMP_NUM_THREADS too, where the launcher would not set it itself).
+NOTEBOOK_ONLY_ENV = frozenset({"PYTHONPATH", "PYTHONUNBUFFERED", metrics.ENV_VAR, stacks.ENV_VAR,
+                               records.ENV_VAR, "DDP_WORKSHOP_RANK_ERRORS",
+                               *torchrun.supervision(Path())})
 
 
 def _shown(agent: Agent) -> str:
     """The agent's command as a person types it, after the variables that change what it does."""
+    own = agent.typed[0] == "torchrun" and "--nproc-per-node=1" not in agent.typed  # sets it
     settings = "".join(f"{k}={shlex.quote(v)} " for k, v in sorted(agent.env.items())
-                       if k not in NOTEBOOK_ONLY_ENV and os.environ.get(k) != v)
+                       if k not in NOTEBOOK_ONLY_ENV and os.environ.get(k) != v
+                       and not (own and k == "OMP_NUM_THREADS"))
     return f"{settings}{shlex.join(agent.typed)}"
 
 
@@ -288,7 +290,7 @@ def _child_env(extra: Mapping[str, str] | None, plan: hardware.Plan, metrics_fil
                     env.get("PYTHONPATH")) if p)
     env[stacks.ENV_VAR] = str(metrics_file.parent / "stacks")
     env["PYTHONUNBUFFERED"] = "1"  # output reaches the cell line by line, not at exit
-    env.setdefault("OMP_NUM_THREADS", "1")  # torchrun does so only for 2+ processes (and warns)
+    env.setdefault("OMP_NUM_THREADS", "1")  # torchrun: for 2+ processes (warning); else printed
     env[metrics.ENV_VAR] = str(metrics_file)
     env.update(plan.env())  # DDP_BACKEND where the scripts' own rule would choose otherwise
     env.update(torchrun.restart_env(max_restarts))  # see there; shown in the printed command

@@ -153,8 +153,7 @@ class Echo:
             self.log = None
         if bar is not None:
             if not failure:  # a finished launch's bar says so, not what it last waited for
-                bar.set_postfix_str(f"finished in {time.monotonic() - self.started:.1f} s",
-                                    refresh=False)
+                bar.set_postfix_str(f"finished in {time.monotonic() - self.started:.1f} s")
             bar.close()
             if failure:
                 mark_failed(bar, failure)
