@@ -64,7 +64,8 @@ def test_a_quiet_launch_shows_progress_and_a_stale_result_is_refused(make_script
 def test_a_quiet_launch_whose_ranks_print_nothing_says_so(make_script, capsys):
     """What the bar says is what the launch sees: no ranks yet, ranks that may still be
     importing torch, then ranks that have run for a while and printed nothing."""
-    script = make_script("silent.py", "import time\ntime.sleep(14)\n")
+    # 20 s: the ranks outlive the 10 s a rank may take to import torch by a wide margin
+    script = make_script("silent.py", "import time\ntime.sleep(20)\n")
     launch(script, nproc_per_node=2, stream=False, timeout=120)
     err = capsys.readouterr().err.replace("\r", "\n")
     assert re.search(r"the ranks started \d+ s ago: each imports torch first \(timeout 120 s, "

@@ -229,6 +229,28 @@ def _wait_for(ready, within: float, what: str, folder: Path) -> None:
         time.sleep(0.5)
 
 
+def submit(env: dict[str, str], batch: Path, job_name: str) -> tuple[int, str]:
+    """``sbatch --wait`` the job (cancelled if the wait fails); its id and its log, which it must
+    end without error to return."""
+    try:
+        done = subprocess.run(["sbatch", "--wait", str(batch)], env=env, capture_output=True,
+                              text=True, timeout=JOB_TIMEOUT_S)
+    finally:
+        subprocess.run(["scancel", f"--name={job_name}"], env=env, capture_output=True,
+                       timeout=30)
+    job_id = re.search(r"Submitted batch job (\d+)", done.stdout)
+    assert job_id, done.stdout + done.stderr
+    log = (batch.parent / f"{job_name}-{job_id.group(1)}.out").read_text()
+    assert done.returncode == 0, log
+    return int(job_id.group(1)), log
+
+
+def rank_reports(log: str) -> dict[int, dict[str, str]]:
+    """rank -> the ``key=value`` words of the line ``rank=N ...`` that rank printed."""
+    return {int(m.group(1)): dict(pair.split("=") for pair in m.group(2).split())
+            for m in re.finditer(r"^rank=(\d+) (.*)$", log, flags=re.MULTILINE)}
+
+
 # In the long sweep (make test-browser): installing and starting Slurm, then a two-node job, takes
 # most of a minute, and make test already checks the generated script's text (test_cluster.py).
 @pytest.mark.sweep
@@ -246,19 +268,10 @@ def test_generated_script_runs_on_two_slurm_nodes(slurm: dict[str, str], tmp_pat
     env = {**activated(slurm), "OMP_NUM_THREADS": "1"}
     for variable in ("PYTHONPATH", "MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME"):
         env.pop(variable, None)
-    try:
-        done = subprocess.run(["sbatch", "--wait", str(batch)], env=env, capture_output=True,
-                              text=True, timeout=JOB_TIMEOUT_S)
-    finally:
-        subprocess.run(["scancel", "--name=ddp-test"], env=env, capture_output=True, timeout=30)
-    job_id = re.search(r"Submitted batch job (\d+)", done.stdout)
-    assert job_id, done.stdout + done.stderr
-    log = (tmp_path / f"ddp-test-{job_id.group(1)}.out").read_text()
-    assert done.returncode == 0, log
+    _, log = submit(env, batch, "ddp-test")
 
     assert f"rendezvous at n1:{rendezvous_port}" in log
-    reports = {int(m.group(1)): dict(pair.split("=") for pair in m.group(2).split())
-               for m in re.finditer(r"^rank=(\d+) (.*)$", log, flags=re.MULTILINE)}
+    reports = rank_reports(log)
     assert sorted(reports) == [0, 1], log
     assert {report["host"] for report in reports.values()} == set(NODES)  # one rank per node
     for report in reports.values():
@@ -312,20 +325,9 @@ def test_each_nodes_torchrun_and_its_ranks_get_the_cpus_the_job_asked_for(slurm:
     env = {**activated(slurm), "SLURM_EXACT": "1"}
     for variable in ("PYTHONPATH", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS"):
         env.pop(variable, None)
-    try:
-        done = subprocess.run(["sbatch", "--wait", str(batch)], env=env, capture_output=True,
-                              text=True, timeout=JOB_TIMEOUT_S)
-    finally:
-        subprocess.run(["scancel", "--name=ddp-affinity"], env=env, capture_output=True,
-                       timeout=30)
-    job_id = re.search(r"Submitted batch job (\d+)", done.stdout)
-    assert job_id, done.stdout + done.stderr
-    log = (tmp_path / f"ddp-affinity-{job_id.group(1)}.out").read_text()
-    assert done.returncode == 0, log
-    port = 20000 + int(job_id.group(1)) % 10000  # from the job's number
-    assert f"rendezvous at n1:{port}" in log, log
-    reports = {int(m.group(1)): dict(pair.split("=") for pair in m.group(2).split())
-               for m in re.finditer(r"^rank=(\d+) (.*)$", log, flags=re.MULTILINE)}
+    job_id, log = submit(env, batch, "ddp-affinity")
+    assert f"rendezvous at n1:{20000 + job_id % 10000}" in log, log  # from the job's number
+    reports = rank_reports(log)
     assert sorted(reports) == [0, 1, 2, 3], log  # $SLURM_JOB_NUM_NODES machines x 2
     assert {report["host"] for report in reports.values()} == set(NODES)
     for report in reports.values():
@@ -463,8 +465,8 @@ def run_to_the_end(env: dict[str, str], batch: Path, *, notice_when: Path | None
             if state.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
                 return job_id
             if state.get("JobState") == "PENDING" and state.get("Restarts") == "1":
-                # Slurm holds a requeued job for minutes before it may start again (its begin
-                # time); how long is the site's business, so the test lets it start at once.
+                # A requeued job may start again only after its begin time (here Slurm 22.05
+                # allocated it 2 min 39 s after the requeue): the test lets it start at once.
                 subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"],
                                env=env, capture_output=True, timeout=30)
             time.sleep(0.2)
