@@ -12,8 +12,9 @@ a torch behaviour (docs/compatibility.md).
   if it is there or torchvision can download it; otherwise (offline, or
   ``DDP_WORKSHOP_DATASET=synthetic``) a generated stand-in in CIFAR-10's own format whose ten
   classes are shapes, learnable like the real ones. ``cifar10()`` loads whichever is there with
-  torchvision's own CIFAR-10 code. In a distributed script rank 0 prepares, the others wait at a
-  barrier; generating is also deterministic, atomic and done under a file lock.
+  torchvision's own CIFAR-10 code. In a distributed script one process per machine (local rank
+  0) prepares, since a machine may have a disk of its own (a pod), and the others wait at a
+  barrier; preparing is done under a file lock, and generating is deterministic and atomic.
 - **Models.** ``SmallCNN`` (62k parameters) and ``resnet18_cifar`` (11M).
 - **Numbers for the notebook.** ``report(name, value)`` appends one JSON line to the file that
   ``DDP_LIB_METRICS_FILE`` names (a course launch sets it); without it, it does nothing, so a
@@ -105,21 +106,25 @@ def prepare_cifar10(root: str | os.PathLike = DATA_DIR, source: str | None = Non
     """
     root = Path(root)
     source = source or requested_source()
-    found = which(root, source)
-    if found is None and source != "synthetic":
-        try:
-            CIFAR10(str(root), train=True, download=True)
-            found = "cifar10"
-        except OSError as exc:  # URLError is an OSError: no network, DNS, proxy ...
-            if source == "cifar10":
-                raise RuntimeError(f"CIFAR-10 could not be downloaded ({exc}). Put "
-                                   f"cifar-10-python.tar.gz under {root}, or set "
-                                   f"{SOURCE_ENV}=synthetic.") from exc
-            if verbose:
-                print(f"CIFAR-10 could not be downloaded ({exc}).")
-    if found is None:
-        generate_synthetic(root)
-        found = "synthetic"
+    root.mkdir(parents=True, exist_ok=True)
+    # One process per machine prepares; machines that share the folder take turns, and the
+    # second finds the files there.
+    with _file_lock(root / ".prepare.lock"):
+        found = which(root, source)
+        if found is None and source != "synthetic":
+            try:
+                CIFAR10(str(root), train=True, download=True)
+                found = "cifar10"
+            except OSError as exc:  # URLError is an OSError: no network, DNS, proxy ...
+                if source == "cifar10":
+                    raise RuntimeError(f"CIFAR-10 could not be downloaded ({exc}). Put "
+                                       f"cifar-10-python.tar.gz under {root}, or set "
+                                       f"{SOURCE_ENV}=synthetic.") from exc
+                if verbose:
+                    print(f"CIFAR-10 could not be downloaded ({exc}).")
+        if found is None:
+            generate_synthetic(root)
+            found = "synthetic"
     if verbose:
         print(describe(found, root))
     return found
@@ -131,7 +136,8 @@ def cifar10(train: bool = True, transform: Callable | None = None,
     found = which(root)
     if found is None:
         raise RuntimeError(f"No data set under {Path(root)}: call prepare_cifar10() first (on "
-                           "rank 0, then a barrier in a distributed script).")
+                           "each machine's local rank 0, then a barrier, in a distributed "
+                           "script).")
     cls = CIFAR10 if found == "cifar10" else SyntheticCIFAR10
     return cls(str(root), train=train, transform=transform)
 
@@ -181,7 +187,7 @@ class SyntheticCIFAR10(CIFAR10):
         manifest = _manifest(Path(root))
         if manifest is None:
             raise RuntimeError(f"No synthetic data set under {Path(root)}: call "
-                               "prepare_cifar10() first (on rank 0).")
+                               "prepare_cifar10() first (on each machine's local rank 0).")
         self.train_list = manifest["train_list"]
         self.test_list = manifest["test_list"]
         self.meta = {**CIFAR10.meta, "md5": manifest["meta_md5"]}
@@ -208,24 +214,23 @@ def _manifest(root: Path) -> dict | None:
 def generate_synthetic(root: str | os.PathLike) -> Path:
     """Write the synthetic data set in CIFAR-10's format under ``root``; return its folder.
 
-    Deterministic (fixed seed), atomic (built in a temporary folder, then renamed into place)
-    and safe when several processes call it at once (a lock; the loser finds it done).
+    Deterministic (fixed seed) and atomic (built in a temporary folder, then renamed into
+    place). Processes that may call it at once go through ``prepare_cifar10``, which holds a lock.
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / SyntheticCIFAR10.base_folder
-    with _file_lock(root / ".synthetic.lock"):
-        if synthetic_is_whole(root):
-            return final
-        tmp = Path(tempfile.mkdtemp(prefix=".synthetic-", dir=root))
-        try:
-            _write_batches(tmp)
-            if final.exists():  # a broken earlier attempt: replace it
-                shutil.rmtree(final)
-            os.rename(tmp, final)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+    if synthetic_is_whole(root):
+        return final
+    tmp = Path(tempfile.mkdtemp(prefix=".synthetic-", dir=root))
+    try:
+        _write_batches(tmp)
+        if final.exists():  # a broken earlier attempt: replace it
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return final
 
 

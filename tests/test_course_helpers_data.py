@@ -72,7 +72,7 @@ def test_several_processes_preparing_at_once_agree(tmp_path):
     assert found == ["synthetic"] * 3
     assert helpers.synthetic_is_whole(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        ".synthetic.lock", helpers.SyntheticCIFAR10.base_folder]
+        ".prepare.lock", helpers.SyntheticCIFAR10.base_folder]
 
 
 def test_offline_auto_falls_back_to_synthetic(tmp_path, monkeypatch, capsys):
