@@ -261,6 +261,7 @@ def test_pytorchjob_matches_the_schema_and_runs_the_slurm_command():
             ("--nproc-per-node=4", "--nproc-per-node=gpu"),
             ("--rdzv-endpoint=$(MASTER_ADDR):$(MASTER_PORT)", "--rdzv-endpoint=$HEAD_NODE:29400"),
             ("--rdzv-id=resnet", "--rdzv-id=$SLURM_JOB_ID"),
+            ("/workspace/scripts/train.py", "train.py"),  # the ConfigMap's folder in the pod
         ]
 
 
@@ -326,7 +327,8 @@ def test_trainjob_matches_the_schema_and_asks_for_what_the_pytorchjob_does():
         "name": "torch-distributed", "kind": "ClusterTrainingRuntime",
         "apiGroup": "trainer.kubeflow.org"}
     trainer = manifest["spec"]["trainer"]
-    assert trainer["command"] == ["torchrun", "train.py", "--epochs", "3", "--lr", "0.1"]
+    assert trainer["command"] == ["torchrun", "/workspace/scripts/train.py",
+                                  "--epochs", "3", "--lr", "0.1"]
     assert (trainer["numNodes"], trainer["numProcPerNode"]) == (3, 4)
     pytorchjob = cluster.pytorchjob_manifest("train.py", nodes=3, gpus_per_node=4,
                                              cpus_per_node=16, image="pytorch/pytorch:latest")
@@ -367,7 +369,7 @@ def test_torchrun_reads_the_trainjob_options_from_what_the_torch_runtime_sets(mo
     assert (options.master_addr, int(options.master_port)) == ("resnet-node-0-0.resnet", 29500)
     assert options.rdzv_backend == "static"  # the runtime's rendezvous: master address and rank
     assert (options.training_script, options.training_script_args) == (
-        "train.py", ["--epochs", "3", "--lr", "0.1"])
+        "/workspace/scripts/train.py", ["--epochs", "3", "--lr", "0.1"])
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -415,11 +417,105 @@ def test_trainjob_yaml_keeps_the_manifest():
     assert yaml.safe_load(text) == manifest
     assert text.startswith("apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\n")
 
+
+def pod_of(manifest: dict) -> tuple[dict, dict]:
+    """The pod spec each kind of job gives every node, and its training container there."""
+    if manifest["kind"] == "PyTorchJob":
+        pod = manifest["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    else:
+        (patch,) = manifest["spec"]["runtimePatches"]
+        (job,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+        assert job["name"] == "node"  # the torch-distributed runtime's replicated job
+        pod = job["template"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    return pod, container
+
+
+@pytest.mark.parametrize("build", [cluster.pytorchjob_manifest, cluster.trainjob_manifest])
+def test_every_pod_has_the_scripts_a_large_shm_and_the_checkpoint_volume(build):
+    """Pods share no disk: the scripts come from a ConfigMap, the data goes to each pod's own
+    folder (its local rank 0 prepares it), the checkpoint to a claim that outlives the pods."""
+    manifest = build("train_ddp.py", nodes=2, gpus_per_node=4, cpus_per_node=16,
+                     checkpoint_claim="ddp-checkpoints",
+                     args=["--checkpoint", "/checkpoints/train_ddp.pt"])
+    jsonschema.validate(manifest, SCHEMA if build is cluster.pytorchjob_manifest
+                        else TRAINJOB_SCHEMA)
+    pod, container = pod_of(manifest)
+    mounted = {mount["mountPath"]: mount["name"] for mount in container["volumeMounts"]}
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    assert volumes[mounted["/workspace/scripts"]]["configMap"] == {"name": "ddp-workshop-scripts"}
+    assert volumes[mounted["/dev/shm"]]["emptyDir"] == {"medium": "Memory"}
+    assert volumes[mounted["/checkpoints"]]["persistentVolumeClaim"] == {
+        "claimName": "ddp-checkpoints"}
+    env = (manifest["spec"]["trainer"] if "trainer" in manifest["spec"] else container)["env"]
+    assert {(v["name"], v["value"]) for v in env} == {
+        ("DDP_WORKSHOP_DATA_DIR", "/workspace/data"),  # writable, and the pod's own
+        ("DDP_BACKEND", "nccl"), ("DDP_WORKSHOP_DATASET", "cifar10")}
+    image = (manifest["spec"]["trainer"] if "trainer" in manifest["spec"] else container)["image"]
+    assert re.fullmatch(r"pytorch/pytorch:2\.\d+\.\d+-\S+", image)  # pinned, never latest
+
+
+def test_a_cpu_job_without_a_claim_sets_no_backend_and_mounts_no_checkpoint_volume():
+    manifest = cluster.trainjob_manifest("train.py", nodes=1, gpus_per_node=0, cpus_per_node=4,
+                                         dataset="synthetic")
+    jsonschema.validate(manifest, TRAINJOB_SCHEMA)
+    pod, container = pod_of(manifest)
+    assert [v["name"] for v in pod["volumes"]] == ["scripts", "dshm"]
+    assert {v["name"]: v["value"] for v in manifest["spec"]["trainer"]["env"]} == {
+        "DDP_WORKSHOP_DATA_DIR": "/workspace/data", "DDP_WORKSHOP_DATASET": "synthetic"}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    # A patch for a container the runtime does not have adds one, with no image.
+    (lambda m: pod_of(m)[0]["containers"][0].update(name="trainer"), "'node' was expected"),
+    (lambda m: pod_of(m)[0]["volumes"][0].update(configmap={"name": "x"}), "'configmap'"),
+    (lambda m: pod_of(m)[0]["containers"][0]["volumeMounts"][0].pop("mountPath"),
+     "'mountPath' is a required property"),
+    (lambda m: m["spec"]["runtimePatches"][0].pop("manager"), "'manager' is a required"),
+])
+def test_trainjob_schema_catches_a_patch_that_trainer_would_refuse(change, message):
+    manifest = cluster.trainjob_manifest("train.py", nodes=2, gpus_per_node=1, cpus_per_node=4)
+    change(manifest)
+    with pytest.raises(jsonschema.ValidationError, match=message):
+        jsonschema.validate(manifest, TRAINJOB_SCHEMA)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"scripts": "My Scripts"}, "ConfigMap"),
+    ({"script": "scripts/train.py"}, "a file name in the ConfigMap"),
+    ({"checkpoint_claim": "-claim"}, "claim"),
+    ({"dataset": "imagenet"}, "dataset"),
+])
+def test_kubernetes_jobs_reject_bad_volumes_and_data_sets(kwargs, message):
+    script = kwargs.pop("script", "train.py")
+    for build in (cluster.pytorchjob_manifest, cluster.trainjob_manifest):
+        with pytest.raises(ValueError, match=message):
+            build(script, nodes=2, gpus_per_node=1, cpus_per_node=4, **kwargs)
+
+
 def test_host_commands_are_the_same_command_on_every_host():
     commands = cluster.host_commands("train.py", hosts=["node1", "node2"], nproc_per_node=4,
-                                     args=ARGS)
+                                     args=ARGS, port=29500)
     assert commands[0] == commands[1] == cluster.torchrun_command(
         "train.py", nnodes=2, nproc_per_node=4, rdzv_endpoint="node1:29500", args=ARGS)
+
+
+def test_ssh_jobs_take_their_port_from_the_job_and_the_user(monkeypatch):
+    """Two people's jobs whose first host is the same machine meet at two stores."""
+    def endpoint(**given) -> str:
+        (command, _) = cluster.host_commands("train.py", hosts=["node1", "node2"],
+                                             nproc_per_node=1, **given)
+        (option,) = [word for word in command if word.startswith("--rdzv-endpoint=")]
+        return option.split("=")[1]
+
+    mine = endpoint()
+    assert mine == f"node1:{cluster.job_port('ddp-workshop')}" and mine != "node1:29500"
+    assert 20000 <= int(mine.split(":")[1]) < 30000  # below Linux's outgoing ports
+    assert endpoint() == mine  # every host's command, every time: the same port
+    assert endpoint(rdzv_id="second-job") != mine
+    assert endpoint(port=29500) == "node1:29500"
+    monkeypatch.setattr("os.getuid", lambda: 4242)  # another person
+    assert endpoint() != mine
 
 
 def test_ssh_commands_run_the_host_commands_remotely():

@@ -21,9 +21,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import processes_mentioning
 
+import course_helpers as helpers
 from ddp_lib import cluster
+from workshop import take_home
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 180
@@ -36,14 +39,19 @@ import time
 import torch
 import torch.distributed as dist
 
+import psutil
+
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 master = os.environ["MASTER_ADDR"]
 total = torch.tensor([rank + 1.0])
 dist.all_reduce(total)
+# The ports of this rank's connections to the other host (not to its own agent's store).
+link = sorted({f"{c.laddr.port}-{c.raddr.port}" for c in psutil.Process().net_connections("tcp")
+               if c.raddr and c.raddr.ip != c.laddr.ip})
 print(f"rank={rank} world={dist.get_world_size()} host={socket.gethostname()} "
-      f"master={master} master_ip={socket.gethostbyname(master)} sum={total.item():g}",
-      flush=True)
+      f"master={master} master_ip={socket.gethostbyname(master)} sum={total.item():g} "
+      f"ports={','.join(link)} rdzv_port={os.environ['MASTER_PORT']}", flush=True)
 dist.barrier()
 time.sleep(0.2)  # torch 2.4-2.7 can hang in destroy: pytorch/pytorch#154976
 dist.destroy_process_group()
@@ -144,13 +152,17 @@ def _kill_processes_in(namespace: str) -> None:
             pass
 
 
-def test_two_hosts_rendezvous_and_all_reduce_across_the_link(two_hosts, workdir: Path):
-    (workdir / "job.py").write_text(JOB)
+def run_on_hosts(two_hosts, workdir: Path, commands, *, own_disk: Path | None = None,
+                 read_only: Path | None = None, envs: list[dict] | None = None) -> list[str]:
+    """Run each host's command in its namespace, as that machine; return their outputs.
+
+    ``own_disk``: a folder that each host sees as a disk of its own (another folder bound over
+    it in the host's mount namespace), as a pod without a shared volume does. ``read_only``: a
+    folder the hosts cannot write to, as a ConfigMap's. ``envs``: each host's own variables.
+    """
     hosts_file = workdir / "hosts"
     hosts_file.write_text("127.0.0.1 localhost\n"
                           + "".join(f"{address} {name}\n" for _, name, address in two_hosts))
-    names = [name for _, name, _ in two_hosts]
-    commands = cluster.host_commands("job.py", hosts=names, nproc_per_node=1)
     env = {**os.environ,
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -158,12 +170,19 @@ def test_two_hosts_rendezvous_and_all_reduce_across_the_link(two_hosts, workdir:
         env.pop(variable, None)  # nothing from outside may steer the job
     nodes = []
     try:
-        for (namespace, name, _), command in zip(two_hosts, commands, strict=True):
+        for i, ((namespace, name, _), command) in enumerate(zip(two_hosts, commands, strict=True)):
+            mounts = ""
+            if own_disk is not None:
+                (workdir / f"disk-{name}").mkdir()
+                mounts += f"mount --bind {workdir / f'disk-{name}'} {own_disk} && "
+            if read_only is not None:
+                mounts += f"mount --bind {read_only} {read_only} && " \
+                          f"mount -o remount,ro,bind {read_only} && "
             nodes.append(subprocess.Popen(
                 ["ip", "netns", "exec", namespace, "unshare", "--uts", "--mount",
-                 "sh", "-c", AS_HOST, "sh", name, str(hosts_file), *command],
-                cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                text=True, start_new_session=True))
+                 "sh", "-c", mounts + AS_HOST, "sh", name, str(hosts_file), *command],
+                cwd=workdir, env={**env, **(envs[i] if envs else {})}, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, text=True, start_new_session=True))
         outputs = [node.communicate(timeout=TIMEOUT_S)[0] for node in nodes]
     finally:
         for node in nodes:
@@ -172,9 +191,16 @@ def test_two_hosts_rendezvous_and_all_reduce_across_the_link(two_hosts, workdir:
                 node.wait()
         for namespace, _, _ in two_hosts:
             _kill_processes_in(namespace)
-
     for node, output in zip(nodes, outputs, strict=True):
         assert node.returncode == 0, output
+    return outputs
+
+
+def test_two_hosts_rendezvous_and_all_reduce_across_the_link(two_hosts, workdir: Path):
+    (workdir / "job.py").write_text(JOB)
+    names = [name for _, name, _ in two_hosts]
+    commands = cluster.host_commands("job.py", hosts=names, nproc_per_node=1)
+    outputs = run_on_hosts(two_hosts, workdir, commands)
     reports = {}
     for output in outputs:
         for match in re.finditer(r"^rank=(\d+) (.*)$", output, flags=re.MULTILINE):
@@ -187,7 +213,33 @@ def test_two_hosts_rendezvous_and_all_reduce_across_the_link(two_hosts, workdir:
         # Every rank reached the master by its name on the link, never the loopback address.
         assert report["master"] == names[0]
         assert report["master_ip"] == master_address
+    # Gloo's pairs connect the ranks on ports that they take from the system, beside the
+    # store's: a firewall between machines (or pods) that lets only the rendezvous port through
+    # stops the job after the rendezvous. Both ranks see the same connections.
+    pairs = [{tuple(sorted(map(int, pair.split("-")))) for pair in report["ports"].split(",")}
+             for report in reports.values()]
+    store = int(reports[0]["rdzv_port"])
+    assert pairs[0] & pairs[1] and any(store not in pair for pair in pairs[0] & pairs[1]), pairs
     assert not processes_mentioning(str(workdir / "job.py"))
+
+
+def test_each_host_prepares_the_data_on_its_own_disk(two_hosts, workdir: Path):
+    """Lesson 05's script on two machines that share no disk, as two pods without a shared
+    volume: each machine's local rank 0 prepares the data there, and both train."""
+    kit = take_home.build(workdir / "kit")
+    (kit / "data").mkdir()
+    names = [name for _, name, _ in two_hosts]
+    commands = cluster.host_commands(
+        str(kit / "train_ddp.py"), hosts=names, nproc_per_node=1,
+        args=["--epochs", 1, "--train-samples", 256, "--test-samples", 128,
+              "--checkpoint", workdir / "ckpt.pt"])
+    outputs = run_on_hosts(two_hosts, workdir, commands, own_disk=kit / "data",
+                           envs=[{"DDP_WORKSHOP_DATASET": "synthetic"}] * 2)
+    for name, output in zip(names, outputs, strict=True):
+        assert "Data: the SYNTHETIC stand-in" in output, output  # prepared there, by that host
+        assert helpers.synthetic_is_whole(workdir / f"disk-{name}"), output
+    assert not any((kit / "data").iterdir())  # nothing went to the disk the hosts share
+    assert (workdir / "ckpt.pt").exists()
 
 
 @pytest.mark.sweep
@@ -226,3 +278,46 @@ def test_mpiexec_starts_ranks_on_both_hosts_through_ssh(two_hosts, workdir: Path
         assert report["world"] == "2" and report["sum"] == "3"
         assert report["master_ip"] == two_hosts[0][2]  # reached across the link
     assert not processes_mentioning(str(workdir / "mpi_job.py"))
+
+
+def test_the_take_home_trainjob_runs_in_pods_that_share_no_disk(two_hosts, workdir: Path):
+    """The take-home TrainJob's own command and variables, in two pods made from the two hosts:
+    the scripts in a read-only folder laid out as the kubelet lays out a ConfigMap, each pod's
+    data folder its own disk, the checkpoint on the claim, and torchrun's options in the PET_
+    variables that Kubeflow Trainer's torch runtime sets. On CPUs: one process per pod, Gloo,
+    and the generated data set, where the job asks for 4 GPUs, NCCL and CIFAR-10."""
+    kit = take_home.build(workdir / "kit")
+    claim, trainjob = yaml.safe_load_all((kit / "train_ddp.trainjob.yaml").read_text())
+    trainer = trainjob["spec"]["trainer"]
+    pod = workdir / "pod"  # the pods' /workspace; the claim's volume is workdir / "claim"
+
+    def in_pod(word: str) -> str:
+        return word.replace("/workspace", str(pod)).replace("/checkpoints", str(workdir / "claim"))
+
+    configmap = pod / "scripts"
+    (configmap / "..2026_11_29").mkdir(parents=True)
+    for name in ("train_ddp.py", "course_helpers.py"):
+        shutil.copy(kit / name, configmap / "..2026_11_29" / name)
+        (configmap / name).symlink_to(Path("..data") / name)
+    (configmap / "..data").symlink_to("..2026_11_29")
+    (workdir / "claim").mkdir()
+    env = {var["name"]: in_pod(var["value"]) for var in trainer["env"]}
+    assert set(env) == {"DDP_WORKSHOP_DATA_DIR", "DDP_BACKEND", "DDP_WORKSHOP_DATASET"}
+    env |= {"DDP_BACKEND": "gloo", "DDP_WORKSHOP_DATASET": "synthetic"}
+    data = Path(env["DDP_WORKSHOP_DATA_DIR"])
+    data.mkdir()
+    names = [name for _, name, _ in two_hosts]
+    envs = [{**env, "PET_NNODES": str(trainer["numNodes"]), "PET_NPROC_PER_NODE": "1",
+             "PET_NODE_RANK": str(rank), "PET_MASTER_ADDR": names[0], "PET_MASTER_PORT": "29500"}
+            for rank in range(2)]
+    command = [in_pod(word) for word in trainer["command"]]
+    command += ["--epochs", "1", "--train-samples", "256", "--test-samples", "128"]
+    outputs = run_on_hosts(two_hosts, workdir, [command] * 2, own_disk=data,
+                           read_only=configmap, envs=envs)
+    for name, output in zip(names, outputs, strict=True):
+        assert helpers.synthetic_is_whole(workdir / f"disk-{name}"), output
+    assert not any(data.iterdir())
+    assert (workdir / "claim" / "train_ddp.pt").exists(), outputs
+    assert claim["metadata"]["name"] == trainjob["spec"]["runtimePatches"][0][
+        "trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"][
+        "template"]["spec"]["volumes"][2]["persistentVolumeClaim"]["claimName"]

@@ -135,9 +135,11 @@ def test_the_job_files_are_valid_and_run_the_folders_scripts(folder):
     assert "#PBS -A YOUR_PROJECT" in pbs and "#PBS -l filesystems=home:eagle" in pbs
     for job in (sbatch, pbs):  # a GPU job fails loudly; no stand-in for the real data
         assert "export DDP_BACKEND=nccl" in job and "export DDP_WORKSHOP_DATASET=cifar10" in job
-    trainjob = yaml.safe_load((folder / "train_ddp.trainjob.yaml").read_text())
-    assert trainjob["kind"] == "TrainJob" and "train_ddp.py" in trainjob["spec"]["trainer"][
-        "command"]
+    kubernetes = (folder / "train_ddp.trainjob.yaml").read_text()
+    claim, trainjob = yaml.safe_load_all(kubernetes)  # tests/test_multihost.py runs it
+    assert (claim["kind"], trainjob["kind"]) == ("PersistentVolumeClaim", "TrainJob")
+    assert "kubectl create configmap ddp-workshop-scripts --from-file=train_ddp.py" in kubernetes
+    assert "/workspace/scripts/train_ddp.py" in trainjob["spec"]["trainer"]["command"]
 
 
 def test_nothing_of_the_project_is_importable_in_the_torch_only_environment(torch_only, tmp_path):

@@ -59,11 +59,22 @@ GPUS_PER_NODE = 4
 JOB_ARGS = ["--epochs", 5, "--batch-size", 128 // GPUS_PER_NODE]
 
 
+KUBERNETES_FIRST = f"""\
+# First put the scripts where every pod mounts them, from this folder:
+#   kubectl create configmap {cluster.SCRIPTS_CONFIGMAP} --from-file=train_ddp.py \\
+#       --from-file=course_helpers.py
+# The claim below needs a storage class that offers ReadWriteMany (a network file system).
+"""
+
+
 def job_files() -> dict[str, str]:
     """The three job files, for two machines with four GPUs each (edit the sizes to yours)."""
-    trainjob = cluster.trainjob_manifest("train_ddp.py", nodes=2, gpus_per_node=GPUS_PER_NODE,
-                                         cpus_per_node=32, image="pytorch/pytorch:latest",
-                                         args=JOB_ARGS)
+    # Pods share no disk: the scripts come from a ConfigMap, the checkpoint goes to a claim.
+    claim = cluster.volume_claim("ddp-workshop-checkpoints")
+    trainjob = cluster.trainjob_manifest(
+        "train_ddp.py", nodes=2, gpus_per_node=GPUS_PER_NODE, cpus_per_node=32,
+        checkpoint_claim=claim["metadata"]["name"],
+        args=[*JOB_ARGS, "--checkpoint", f"{cluster.CHECKPOINT_DIR}/train_ddp.pt"])
     return {
         "train_ddp.sbatch": cluster.slurm_script("train_ddp.py", nodes=2,
                                                  gpus_per_node=GPUS_PER_NODE, cpus_per_task=32,
@@ -75,7 +86,8 @@ def job_files() -> dict[str, str]:
                                                  mpi="pals", queue="debug",
                                                  account="YOUR_PROJECT",
                                                  filesystems=["home", "eagle"], args=JOB_ARGS),
-        "train_ddp.trainjob.yaml": cluster.to_yaml(trainjob),
+        "train_ddp.trainjob.yaml": KUBERNETES_FIRST + cluster.to_yaml(claim) + "---\n"
+                                   + cluster.to_yaml(trainjob),
     }
 
 
@@ -125,6 +137,8 @@ def readme(found: dict[str, tuple[str, str]]) -> str:
         "mpiexec -n 2 python train_anywhere.py --epochs 1       # lesson 10: any launcher",
         "sbatch train_ddp.sbatch          # Slurm (lesson 06); the sizes are its #SBATCH lines",
         "qsub train_anywhere.pbs          # PBS Pro, HPE Cray's mpiexec (lesson 10): set -A first",
+        f"kubectl create configmap {cluster.SCRIPTS_CONFIGMAP} --from-file=train_ddp.py \\",
+        "    --from-file=course_helpers.py   # Kubernetes: the pods' copy of the scripts",
         "kubectl apply -f train_ddp.trainjob.yaml  # Kubeflow Trainer (lesson 06)",
         "```",
         "",

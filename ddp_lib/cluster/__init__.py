@@ -8,8 +8,16 @@ leave torchrun out: ``mpiexec`` starts every process. These functions write file
 """
 
 from ddp_lib.cluster.batch import pbs_script, slurm_script
-from ddp_lib.cluster.commands import host_commands, ssh_commands, torchrun_command
-from ddp_lib.cluster.kubernetes import pytorchjob_manifest, to_yaml, trainjob_manifest
+from ddp_lib.cluster.commands import host_commands, job_port, ssh_commands, torchrun_command
+from ddp_lib.cluster.kubernetes import (
+    CHECKPOINT_DIR,
+    SCRIPTS_CONFIGMAP,
+    pytorchjob_manifest,
+    to_yaml,
+    trainjob_manifest,
+    volume_claim,
+)
 
-__all__ = ["host_commands", "pbs_script", "pytorchjob_manifest", "slurm_script", "ssh_commands",
-           "to_yaml", "torchrun_command", "trainjob_manifest"]
+__all__ = ["CHECKPOINT_DIR", "SCRIPTS_CONFIGMAP", "host_commands", "job_port", "pbs_script",
+           "pytorchjob_manifest", "slurm_script", "ssh_commands", "to_yaml", "torchrun_command",
+           "trainjob_manifest", "volume_claim"]

@@ -13,7 +13,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from ddp_lib.cluster.commands import check_script, check_words, nproc_for, torchrun_command
+from ddp_lib.cluster.commands import (
+    check_dataset,
+    check_script,
+    check_words,
+    nproc_for,
+    torchrun_command,
+)
 from ddp_lib.launching import torchrun
 from ddp_lib.launching.torchrun import OWN_STORE_ENV, VARIABLE, check_int, check_port
 
@@ -136,8 +142,7 @@ def slurm_script(
 
 def _exports(*, gpus: bool, dataset: str | None) -> str:
     """What a job file tells every rank, so that a mistake on the cluster fails loudly."""
-    if dataset not in ("cifar10", "synthetic", None):
-        raise ValueError(f"dataset must be 'cifar10', 'synthetic' or None, got {dataset!r}")
+    check_dataset(dataset)
     parts = ["job_env_nccl.sh"] * gpus + [f"job_env_{dataset}.sh"] * (dataset is not None)
     return "\n".join(fill(part) for part in parts)
 

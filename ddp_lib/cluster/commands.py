@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import zlib
 from collections.abc import Sequence
 
 from ddp_lib.launching import torchrun
@@ -48,7 +49,7 @@ def host_commands(
     *,
     hosts: Sequence[str],
     nproc_per_node: int | str,
-    port: int = 29500,
+    port: int | None = None,
     args: Sequence[str | int | float] = (),
     max_restarts: int = 0,
     rdzv_id: str = "ddp-workshop",
@@ -57,9 +58,11 @@ def host_commands(
 
     The first host is the rendezvous endpoint, so every host must reach it by that name (and the
     other hosts by theirs: the agents tell each other their host names). With ``max_restarts``,
-    run it with ``OWN_STORE_ENV`` in its environment, as :func:`ssh_commands` does.
+    run it with ``OWN_STORE_ENV`` in its environment, as :func:`ssh_commands` does. ``port``
+    ``None``: :func:`job_port` of ``rdzv_id``.
     """
     hosts = _check_hosts(hosts)
+    port = job_port(rdzv_id) if port is None else port
     check_port(port)
     command = torchrun_command(script, nnodes=len(hosts), nproc_per_node=nproc_per_node,
                                rdzv_endpoint=f"{hosts[0]}:{port}", args=args,
@@ -72,9 +75,10 @@ def ssh_commands(
     *,
     hosts: Sequence[str],
     nproc_per_node: int | str,
-    port: int = 29500,
+    port: int | None = None,
     args: Sequence[str | int | float] = (),
     max_restarts: int = 0,
+    rdzv_id: str = "ddp-workshop",
     workdir: str | os.PathLike | None = None,
 ) -> list[str]:
     """``ssh HOST '[cd WORKDIR &&] torchrun ...'`` for each host: one terminal per machine.
@@ -85,7 +89,7 @@ def ssh_commands(
     terminal on each machine, with the environment activated).
     """
     commands = host_commands(script, hosts=hosts, nproc_per_node=nproc_per_node, port=port,
-                             args=args, max_restarts=max_restarts)
+                             args=args, max_restarts=max_restarts, rdzv_id=rdzv_id)
     if workdir is not None:
         workdir = os.fspath(workdir)
         # A leading ~ stays unquoted so that the remote shell expands it to the home folder.
@@ -98,12 +102,26 @@ def ssh_commands(
             for host, command in zip(hosts, commands, strict=True)]
 
 
+def job_port(rdzv_id: str) -> int:
+    """A rendezvous port from the job's name and the user's id, as the batch scripts take theirs
+    from the job's number: two people's jobs whose first host is the same machine never meet at
+    one store (two jobs of one person need two names). Below the ports Linux gives outgoing
+    connections (32768 and up)."""
+    return 20000 + zlib.crc32(f"{os.getuid()}:{rdzv_id}".encode()) % 10000
+
+
 def check_script(script) -> None:
     if not isinstance(script, (str, os.PathLike)) or not os.fspath(script).endswith(".py"):
         raise ValueError(f"script must be a Python file name like 'train_ddp.py', got {script!r}")
     if re.search(r"\s", os.fspath(script)):
         raise ValueError(f"script must not contain spaces (job files split on them), "
                          f"got {script!r}")
+
+
+def check_dataset(dataset: str | None) -> None:
+    """A job file's data set: the real CIFAR-10 (an error if missing), the stand-in, or either."""
+    if dataset not in ("cifar10", "synthetic", None):
+        raise ValueError(f"dataset must be 'cifar10', 'synthetic' or None, got {dataset!r}")
 
 
 def check_words(**values: str | os.PathLike | None) -> None:
