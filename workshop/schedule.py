@@ -11,6 +11,7 @@ kept here with where each comes from, because a schedule is only as good as its 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from dataclasses import dataclass
@@ -26,27 +27,23 @@ OUTPUT = ROOT / "docs" / "schedule.md"
 KEY = "ddp_workshop"
 MINUTES_LINE = re.compile(r"\*Teaching: (\d+) min · Exercises: (\d+) min\*")
 
+GPU_RUNS = json.loads((ROOT / "workshop" / "gpu_seconds.json").read_text(encoding="utf-8"))
 # Where the figures come from: a key in the table, its meaning under it.
 SOURCES = {
     "cells": "the sum of the notebook's code cells, run one notebook at a time under nbval "
              "(small size, every solution run, kernel start not included) on an otherwise idle "
              "2-core AMD EPYC machine: `workshop/run_seconds.json`, which says when, at which "
              "commit and with which command; the same figures set the sections' minutes.",
-    "h100": "[benchmarks, GPU](benchmarks.md#gpu): one H100, full size, taken before the GPU "
-            "path was rebuilt and the lesson changed: **not measured since**.",
-    "h200": "[benchmarks, GPU](benchmarks.md#gpu): one H200 (16 cores, the node's torch "
-            "2.11.0+cu130), full size, headless (the GPU guide's `run_notebooks.py`), at commit "
-            "7d7b501, 2026-11-26.",
+    **{device: f"{run['about']}; {run['date'] or 'date not recorded'}, at "
+               f"{run['commit'] or 'a commit not recorded'} (`workshop/gpu_seconds.json`)."
+       for device, run in GPU_RUNS.items()},
 }
-CPU_NOW, GPU_OLD, GPU_NOW = "cells", "h100", "h200"
 # Seconds per notebook, and the source of each figure (None: no record).
 CPU_SECONDS: dict[str, tuple[float, str]] = {
-    lesson: (sum(cells.values()), CPU_NOW) for lesson, cells in sections.run_seconds().items()}
-GPU_SECONDS: dict[str, tuple[float, str] | None] = {
-    "00": (52, GPU_OLD), "01": (66, GPU_OLD), "02": (16, GPU_NOW), "03": (37, GPU_OLD),
-    "04": (90, GPU_OLD), "05": (173, GPU_NOW), "06": (140, GPU_NOW), "07": (69, GPU_OLD),
-    "08": (184, GPU_OLD), "09": (139, GPU_NOW), "10": None, "11": None,
-}
+    lesson: (sum(cells.values()), "cells") for lesson, cells in sections.run_seconds().items()}
+GPU_SECONDS: dict[str, tuple[float, str] | None] = {lesson: None for lesson in CPU_SECONDS}
+GPU_SECONDS |= {lesson: (seconds, device) for device, run in GPU_RUNS.items()
+                for lesson, seconds in run["seconds"].items()}
 
 # Per lesson: the questions learners ask, and the failure it most often meets on a real cluster.
 NOTES: dict[str, tuple[str, str]] = {
