@@ -34,7 +34,7 @@ NOT_FOR_LEARNERS := torch torchvision nbval pytest pytest-timeout pytest-xdist p
 	sphinx myst-nb sphinx-book-theme
 LEARNER_PINS := grep -vE "^(\#|($$(echo $(NOT_FOR_LEARNERS) | tr ' ' '|'))==)" requirements.txt
 
-.PHONY: help setup lab lab-exercises run book test test-browser sweep-lessons sweep-rest sweep-oldest-torch lint browser bench compat wheelhouse exercises take-home schedule clean
+.PHONY: help setup lab lab-exercises run book test test-browser sweep-lessons sweep-rest sweep-oldest-torch lint browser bench compat wheelhouse exercises take-home schedule pins clean
 
 help:
 	@echo "make setup   create the shared packages' environment ($(VENV)) and this clone's .venv"
@@ -52,6 +52,7 @@ help:
 	@echo "make exercises TRACK=one-day   a track's edition (one-day, two-day, hpc): what the track teaches, the rest in an appendix Run All skips"
 	@echo "make take-home  every lesson's scripts, course_helpers.py and job files in build/take-home/ (torch alone runs them)"
 	@echo "make schedule   regenerate docs/schedule.md (the instructor's plan) from the notebooks"
+	@echo "make pins    write pyproject.toml's and environment.yml's pins from requirements.txt"
 	@echo "make clean   remove build/, written scripts and run logs (keeps data/ and the environment)"
 
 # The project itself is installed, editable, in the clone's own small environment, .venv, which
@@ -225,6 +226,11 @@ take-home: setup
 
 schedule: setup
 	"$(BIN)/python" -m workshop.schedule
+
+# requirements.txt is the one list of pins; the other two are written from it (standard library
+# only, so no environment is needed).
+pins:
+	$(PYTHON) -m workshop.pins
 
 # Programs, not tests: they print tables (and write build/bench/results.md). BENCH_ARGS passes
 # options, e.g. make bench BENCH_ARGS="--quick" or BENCH_ARGS="--only notebooks".

@@ -21,18 +21,24 @@ ROOT = Path(__file__).resolve().parents[1]
 def pins(lines) -> dict[str, str]:
     found = {}
     for line in lines:
-        match = re.fullmatch(r"\s*(?:-\s+)?([A-Za-z0-9_.-]+)==([^\s#]+)\s*", line)
+        match = re.fullmatch(r"\s*(?:-\s+)?([A-Za-z0-9_.-]+)==([^\s#]+)\s*(#.*)?", line)
         if match:
             found[match.group(1).lower()] = match.group(2)
     return found
 
 
-def test_requirements_pyproject_and_conda_pin_the_same_versions():
+def test_pyproject_and_conda_pins_are_written_from_requirements():
+    """requirements.txt is the one list; make pins writes the other two from it."""
+    from workshop import pins as pin_lists
+
+    assert pin_lists.pyproject_text(pin_lists.PYPROJECT.read_text()) == \
+        pin_lists.PYPROJECT.read_text(), "pyproject.toml's pins are stale: run make pins"
+    assert pin_lists.environment_text() == pin_lists.ENVIRONMENT.read_text(), \
+        "environment.yml's pins are stale: run make pins"
     requirements = pins((ROOT / "requirements.txt").read_text().splitlines())
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    pyproject = pins(project["dependencies"] + project["optional-dependencies"]["dev"])
-    conda = pins((ROOT / "environment.yml").read_text().splitlines())
-    assert requirements and requirements == pyproject == conda
+    assert pins(project["dependencies"] + project["optional-dependencies"]["dev"]) == \
+        requirements == pins((ROOT / "environment.yml").read_text().splitlines())
     assert requirements["torch"].split(".")[:2] == ["2", "14"]
     assert requirements["torchvision"].startswith("0.29.")  # the release built for torch 2.14
 
