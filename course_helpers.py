@@ -21,6 +21,8 @@ a torch behaviour (docs/compatibility.md).
   script prints only what it prints itself.
 - **Device and threads.** ``backend_and_device()``: lesson 00's rule, which backend and device
   this process uses; ``threads_per_process()``: its share of the cores.
+- **A clean ending.** ``settle_before_destroy()``: the pause every script takes before
+  ``destroy_process_group``, for a bug of torch 2.4 to 2.7 (lesson 00, section 4).
 """
 
 from __future__ import annotations
@@ -415,6 +417,16 @@ def report_weights(model: nn.Module) -> None:
 
 
 # --- Device and threads --------------------------------------------------------------------------
+
+def settle_before_destroy() -> None:
+    """Pause 0.2 s before ``dist.destroy_process_group()`` (lesson 00, section 4).
+
+    On torch 2.4 to 2.7 the destroy can deadlock now and then: it joins Gloo's threads while
+    holding Python's lock, which one of them needs to free a tensor (one launch in five of lesson
+    10's script on 2 cores). pytorch/pytorch#154976 fixed it in 2.8; there the pause costs 0.2 s.
+    """
+    time.sleep(0.2)
+
 
 def backend_and_device(threads: int | None = None) -> tuple[str, torch.device]:
     """Lesson 00's device rule: this process's backend and device (made current), for every

@@ -170,9 +170,9 @@ def test_twenty_launches_of_the_ddp_and_fsdp_scripts_end_cleanly(torch_only, fol
 def test_every_script_pauses_before_destroying_its_group(folder):
     """The visible workaround for torch 2.4 to 2.7 (docs/compatibility.md): without the pause one
     launch in five of lesson 10's script hung in destroy_process_group on torch 2.4.1."""
-    pause = "time.sleep(0.2)  # torch 2.4-2.7 can hang in destroy: pytorch/pytorch#154976"
     for path in folder.glob("*.py"):
         lines = path.read_text().splitlines()
         for number, line in enumerate(lines):
             if line.strip() == "dist.destroy_process_group()":
-                assert lines[number - 1].strip().startswith(pause), f"{path.name}:{number + 1}"
+                assert lines[number - 1].strip() == "settle_before_destroy()", \
+                    f"{path.name}:{number + 1}"
