@@ -29,6 +29,7 @@ LOSS_SUM = "dist.all_reduce(totals)"
 ACCURACY_SUM = "dist.all_reduce(counts)"
 DESTROY = "dist.destroy_process_group()"
 OPTIMISER = "lr=args.lr, momentum=0.9)"
+EVALUATE = "accuracy = evaluate(model, test_loader, device)"
 
 # name -> (the edits: (old, new) replaced, or (old, None): every line with old removed; and
 # what the check must say)
@@ -59,6 +60,14 @@ WRONG = {
     "learning rate scaled by the world size": (
         [(OPTIMISER, "lr=args.lr * dist.get_world_size(), momentum=0.9)")],
         ["did not train like one process with batch 64"]),
+    # The most common DDP bug, twice: a collective that only rank 0 calls, named in one
+    # sentence, from the ranks' own calls, within a minute, whether Gloo crashes or waits.
+    "evaluation on rank 0 only": (
+        [(EVALUATE, EVALUATE + " if rank == 0 else 0.0")],
+        ["Rank 0 called dist.all_reduce at line", "(in evaluate)", "only some ranks call"]),
+    "the loss reduced on rank 0 only": (
+        [(LOSS_SUM, LOSS_SUM + " if rank == 0 else None")],
+        ["Rank 0 called dist.all_reduce at line", "only some ranks call"]),
     "shuffle and a sampler": (
         [("sampler=sampler)", "sampler=sampler, shuffle=True)")],
         ["line", "ValueError: sampler option is mutually exclusive with shuffle"]),
@@ -97,6 +106,8 @@ def test_the_check_names_each_mistake(name, right, tmp_path, monkeypatch):
         assert words in message, f"{name}: {words!r} not in\n{message}"
     if name in ("no set_epoch", "no DDP wrapper"):  # one mistake: one sentence, nothing else
         assert len(raised.value.mistakes) == 1, message
+    # The sentence that names the mistake comes first, before any rank's traceback.
+    assert said[0] in raised.value.mistakes[0], message
 
 
 @pytest.mark.sweep
@@ -120,6 +131,39 @@ def test_lesson_01s_script_untouched_is_told_where_to_start(tmp_path):
 def test_a_script_not_written_yet_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="run the exercise's script cell"):
         checks.ddp_conversion(tmp_path / "my_train_ddp.py")
+
+
+STUCK = """
+import time
+
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+if dist.get_rank() == 0:
+    dist.barrier()  # rank 1 is elsewhere for a minute: rank 0 waits here
+else:
+    time.sleep(60)
+    dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.sweep
+def test_a_rank_stuck_in_a_collective_says_where_and_ends_the_checks_run(tmp_path):
+    """The check's site ends a rank that waits too long in one of the script's collectives,
+    naming it and its line, so that a hang ends long before the check's timeout."""
+    script = scripts.write_script("stuck.py", STUCK, directory=tmp_path, quiet=True)
+    result = ddp_lib.launch(script, nproc_per_node=2, backend="gloo", stream=False, check=False,
+                            timeout=50, run_dir=tmp_path / "run",
+                            env={"PYTHONPATH": str(checks.CHECK_SITE),
+                                 "DDP_WORKSHOP_CHECK_STALL_S": "3"})
+    line = next(n for n, text in enumerate(script.read_text().splitlines(), 1)
+                if "rank 0 waits here" in text)
+    assert result.returncode != 0
+    (stuck,) = result.records("check_stuck")
+    assert (stuck["rank"], stuck["op"], stuck["line"]) == (0, "barrier", line), stuck
+    assert f"waited 3 s in dist.barrier at line {line}" in result.output(0, stream="stderr")
+    assert result.wall_time < 45  # not rank 1's minute, nor the launch's timeout
 
 
 # --- The answer checks: each core exercise whose answer is a value, against the usual mistakes --

@@ -21,6 +21,7 @@ import math
 import os
 import re
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,11 +29,15 @@ import torch
 
 import ddp_lib
 from ddp_lib import scripts
+from ddp_lib.launching.messages import PEER_GONE
 from ddp_lib.launching.result import LaunchError, LaunchResult
 
 CHECK_SITE = Path(__file__).resolve().parent / "check_site"
 LOSS_TOLERANCE = 1e-4  # relative: the same sums in another order
 WEIGHT_TOLERANCE = 1e-4  # lesson 05 section 4 measures about 1e-6 after 16 steps
+# A rank that waits this long in one of the script's collectives is stuck: the check's runs wait
+# less than a second in any (the data is there: lesson 05's set-up prepares it).
+STALL_S = 45
 
 
 class ExerciseNotDone(AssertionError):
@@ -104,18 +109,24 @@ def ddp_conversion(script: str | os.PathLike, setting: Setting = Setting(),
             "It never calls dist.init_process_group(...): without a process group, each process "
             "trains alone. Start there; the key points list what else a DDP script needs."])
     folder = Path(tempfile.mkdtemp(prefix="check-", dir=_runs()))
+    started = time.monotonic()
+
+    def checked() -> str:  # what a learner waited for, said with the verdict
+        return f"{script} (checked in {time.monotonic() - started:.0f} s)"
+
     several, failure = _launch(script, setting, setting.nproc, folder, timeout)
-    if failure:  # what the ranks did before it may say why
-        raise ExerciseNotDone(script, [failure, *_saver_mistakes(several)])
+    if failure:  # what the ranks did before it may say why, first: before any traceback
+        raise ExerciseNotDone(checked(), [*_saver_mistakes(several),
+                                          *_collective_mistakes(several, script), failure])
     mistakes = _mistakes(several, setting, folder / "several.pt")
     if mistakes:
-        raise ExerciseNotDone(script, mistakes)
+        raise ExerciseNotDone(checked(), mistakes)
     _, failure = _launch(script, setting, 1, folder, timeout)
     if failure:
-        raise ExerciseNotDone(script, [f"With one process: {failure}"])
+        raise ExerciseNotDone(checked(), [f"With one process: {failure}"])
     gap = _weight_gap(folder / "several.pt", folder / "one.pt")
     if gap > WEIGHT_TOLERANCE:
-        raise ExerciseNotDone(script, [
+        raise ExerciseNotDone(checked(), [
             f"{setting.nproc} processes with batch {setting.batch_size} did not train like one "
             f"process with batch {setting.nproc * setting.batch_size}: their final weights "
             f"differ by up to {gap:.1e} (rounding stays below {WEIGHT_TOLERANCE:.0e}); does the "
@@ -129,6 +140,8 @@ def ddp_conversion(script: str | os.PathLike, setting: Setting = Setting(),
             "every rank closed its process group",
             f"{setting.nproc} processes with batch {setting.batch_size} trained like one process "
             f"with batch {setting.nproc * setting.batch_size} (weights within {gap:.0e})"]
+    held.append(f"checked in {time.monotonic() - started:.0f} s: {setting.nproc} processes, "
+                "then 1")
     _verdict(str(script), [], held)
 
 
@@ -146,7 +159,9 @@ def _launch(script: Path, setting: Setting, nproc: int, folder: Path,
     try:
         return ddp_lib.launch(script, nproc_per_node=nproc, backend="gloo", stream=False,
                               args=setting.args(nproc, folder / f"{name}.pt"), timeout=timeout,
-                              run_dir=folder / name, env={"PYTHONPATH": str(CHECK_SITE)}), None
+                              run_dir=folder / name, env={"PYTHONPATH": str(CHECK_SITE),
+                                                          "DDP_WORKSHOP_CHECK_STALL_S":
+                                                          str(STALL_S)}), None
     except LaunchError as error:
         said = [line for line in str(error).strip().splitlines()
                 if not line.startswith("All output")]
@@ -251,6 +266,44 @@ def _saver_mistakes(result: LaunchResult) -> list[str]:
         return []
     return [f"Ranks {', '.join(map(str, savers))} each wrote the checkpoint: on a shared file "
             "system they write one file at the same time; save on rank 0 only (if rank == 0:)."]
+
+
+def _collective_mistakes(result: LaunchResult, script: Path) -> list[str]:
+    """The first collective that one rank called and another did not (it called another one
+    there, or went on without it), as lesson 09 names it."""
+    calls: dict[int, list[dict]] = {}
+    for record in result.records("check_collective"):
+        calls.setdefault(record["rank"], []).append(record)
+    if len(calls) < 2:
+        return []
+    for index in range(max(map(len, calls.values()))):
+        seen = {rank: (made[index] if index < len(made) else None)
+                for rank, made in calls.items()}
+        if len({(c["op"], c["line"]) if c else None for c in seen.values()}) == 1:
+            continue
+        caller, call = next((r, c) for r, c in sorted(seen.items()) if c)
+        for other, instead in sorted(seen.items()):
+            if instead is None:
+                # It went on from its last collective, and did not fail of its own accord.
+                since = calls[other][index - 1]["time"] if index else 0.0
+                went_on = any(r["time"] > since for r in result.records("check_drawn", other))
+                failed = result.failure_report.failures.get(other)
+                if not went_on or (failed and failed.message
+                                   and not PEER_GONE.search(failed.message)):
+                    continue
+                what = "went on without calling it"
+            elif (instead["op"], instead["line"]) != (call["op"], call["line"]):
+                what = f"called dist.{instead['op']} at line {instead['line']} instead"
+            else:
+                continue
+            where = f" (in {call['function']})" if call["function"] != "<module>" else ""
+            return [f"Rank {caller} called dist.{call['op']} at line {call['line']}{where} of "
+                    f"{script.name}, and rank {other} {what}: a collective that only some ranks "
+                    "call (often one under if rank == 0:) waits for the others, or is paired "
+                    "with a different one; every rank must call each collective, in the same "
+                    "order (lesson 09)."]
+        return []
+    return []
 
 
 def _accuracy(model: torch.nn.Module, samples: int) -> float:

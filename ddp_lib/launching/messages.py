@@ -19,7 +19,7 @@ from ddp_lib.launching.records import Failure
 from ddp_lib.launching.result import LaunchResult
 
 # What a rank raises when a peer's process went away first: a consequence, not a cause.
-_PEER_GONE = re.compile(r"Connection (closed|reset) by peer", re.IGNORECASE)
+PEER_GONE = re.compile(r"Connection (closed|reset) by peer", re.IGNORECASE)
 
 
 def raised_errors(result: LaunchResult) -> dict[int, Failure]:
@@ -33,7 +33,7 @@ def root_cause(result: LaunchResult) -> tuple[int | None, int | None]:
     failed = result.failure_report.failures
     raised = sorted((f for f in failed.values() if f.message is not None),
                     key=lambda f: f.raised_at)
-    causes = [f for f in raised if not _PEER_GONE.search(f.message)]
+    causes = [f for f in raised if not PEER_GONE.search(f.message)]
     if causes:
         return causes[0].rank, causes[0].exitcode
     if raised:
@@ -53,11 +53,11 @@ def root_cause(result: LaunchResult) -> tuple[int | None, int | None]:
             return first.rank, first.exitcode
     else:
         return None, result.returncode
-    if _PEER_GONE.search(last_error(result, first.rank)):
+    if PEER_GONE.search(last_error(result, first.rank)):
         # A rank stopped before it exited is in no record (torch 2.4); its traceback still says.
         for other in result.ranks():
             error = last_error(result, other)
-            if other != first.rank and error and not _PEER_GONE.search(error):
+            if other != first.rank and error and not PEER_GONE.search(error):
                 return other, failed[other].exitcode if other in failed else None
     return first.rank, first.exitcode
 
