@@ -30,6 +30,7 @@ ACCURACY_SUM = "dist.all_reduce(counts)"
 DESTROY = "dist.destroy_process_group()"
 OPTIMISER = "lr=args.lr, momentum=0.9)"
 EVALUATE = "accuracy = evaluate(model, test_loader, device)"
+REPORT_WEIGHTS = "report_weights(model)"
 
 # name -> (the edits: (old, new) replaced, or (old, None): every line with old removed; and
 # what the check must say)
@@ -46,7 +47,18 @@ WRONG = {
         ["in the data set's order", "leave DistributedSampler's shuffle on"]),
     "no DDP wrapper": (
         [(WRAP, "model = SmallCNN().to(device)"), ("model.module", "model")],
-        ["The ranks ended with different weights", "wrap the model in DistributedDataParallel"]),
+        ["trained without a DistributedDataParallel wrapper",
+         "wrap the model in DistributedDataParallel"]),
+    # Judged from every rank, never from whichever ranks reported (lesson 01's report_weights
+    # moved under if rank == 0:).
+    "no DDP wrapper, weights reported by rank 0 only": (
+        [(WRAP, "model = SmallCNN().to(device)"), ("model.module", "model"),
+         (REPORT_WEIGHTS, "report_weights(model) if rank == 0 else None")],
+        ["Ranks 0, 1 trained without a DistributedDataParallel wrapper",
+         "wrap the model in DistributedDataParallel"]),
+    "weights reported by rank 0 only": (
+        [(REPORT_WEIGHTS, "report_weights(model) if rank == 0 else None")],
+        ["Only rank 0 reported its weights", "on every rank"]),
     "every rank saves": (  # two ranks renaming one .tmp file: one of them fails
         [(ONE_WRITER, None), (SAVE, SAVE[4:])],
         ["each wrote the checkpoint", "save on rank 0 only"]),
@@ -116,8 +128,10 @@ def test_the_right_conversion_passes(right, tmp_path, monkeypatch, capsys):
     checks.ddp_conversion(right)
     shown = capsys.readouterr().out
     assert "✗" not in shown and shown.count("✓") == 6, shown
+    assert re.search(r"\(checked in \d+ s: 2 processes, then 1\)", shown), shown
     run = next((tmp_path / "runs").glob("check-*/several/metrics.jsonl")).read_text()
-    for watched in ("check_drawn", "check_saved"):  # the observer ran: nothing passed unseen
+    for watched in ("check_drawn", "check_saved", "check_wrapped", "check_collective"):
+        # the observer ran: nothing passed unseen
         assert f'"name": "{watched}"' in run, f"no {watched} record in the right version's run"
 
 

@@ -140,9 +140,8 @@ def ddp_conversion(script: str | os.PathLike, setting: Setting = Setting(),
             "every rank closed its process group",
             f"{setting.nproc} processes with batch {setting.batch_size} trained like one process "
             f"with batch {setting.nproc * setting.batch_size} (weights within {gap:.0e})"]
-    held.append(f"checked in {time.monotonic() - started:.0f} s: {setting.nproc} processes, "
-                "then 1")
     _verdict(str(script), [], held)
+    print(f"  (checked in {time.monotonic() - started:.0f} s: {setting.nproc} processes, then 1)")
 
 
 def _runs() -> Path:
@@ -175,7 +174,7 @@ def _mistakes(result: LaunchResult, setting: Setting, checkpoint: Path) -> list[
     if missing:
         return [f"The script reports no {', '.join(missing)}: keep lesson 01's report(...) and "
                 "report_weights(...) lines, which this check reads."]
-    drifted = _weight_mistakes(result)
+    drifted = _weight_mistakes(result, setting.nproc)
     return [*_data_mistakes(result, setting), *drifted,
             *_checkpoint_mistakes(result, setting, checkpoint, not drifted),
             *_loss_mistakes(result, setting), *_exit_mistakes(result)]
@@ -221,14 +220,24 @@ def _data_mistakes(result: LaunchResult, setting: Setting) -> list[str]:
     return mistakes
 
 
-def _weight_mistakes(result: LaunchResult) -> list[str]:
+def _weight_mistakes(result: LaunchResult, nproc: int) -> list[str]:
+    """Judged from every rank: whether each made a DDP wrapper, and each rank's own weights."""
     prints = result.fingerprints()
+    wrapped = {r["rank"] for r in result.records("check_wrapped")}
+    advice = ("wrap the model in DistributedDataParallel and call the wrapped model in the "
+              "training loop, so that every step averages the gradients of all ranks.")
+    if len(wrapped) < nproc:
+        unwrapped = sorted(set(range(nproc)) - wrapped)
+        return [f"Rank{'s' * (len(unwrapped) > 1)} {', '.join(map(str, unwrapped))} trained "
+                f"without a DistributedDataParallel wrapper: {advice}"]
+    if set(prints) != set(range(nproc)):
+        return [f"Only rank{'s' * (len(prints) > 1)} {', '.join(map(str, sorted(prints)))} "
+                "reported its weights: call report_weights(model) on every rank, not under "
+                "if rank == 0:, so that the check compares every rank's copy."]
     if len(set(prints.values())) == 1:
         return []
     shown = ", ".join(f"rank {rank} {sha[:8]}" for rank, sha in sorted(prints.items()))
-    return [f"The ranks ended with different weights ({shown}): wrap the model in "
-            "DistributedDataParallel and call the wrapped model in the training loop, so that "
-            "every step averages the gradients of all ranks."]
+    return [f"The ranks ended with different weights ({shown}): {advice}"]
 
 
 def _checkpoint_mistakes(result: LaunchResult, setting: Setting,

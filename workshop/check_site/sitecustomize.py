@@ -2,7 +2,8 @@
 
 Only a check's launch puts this folder on the ranks' ``PYTHONPATH`` (after ``ddp_lib``'s worker
 site, which runs it). It records and changes nothing a rank computes: the sample indices of every
-batch a ``DataLoader`` draws, each ``torch.save`` and its path, each collective the script calls
+batch a ``DataLoader`` draws, each ``torch.save`` and its path, each ``DistributedDataParallel``
+wrapper made, each collective the script calls
 (``dist.all_reduce``, ``dist.barrier``, ...) and the line that calls it, and whether the process
 group is still open when the rank exits. Given ``DDP_WORKSHOP_CHECK_STALL_S``, a rank still in
 one of those collectives after that many seconds says so and exits: a hang ends in a minute,
@@ -66,6 +67,15 @@ def _watch(torch) -> None:
 
     iterator.__init__, iterator._next_index, torch.save = (
         watched_start, watched_next_index, watched_save)
+    from torch.nn.parallel import DistributedDataParallel
+
+    wrap = DistributedDataParallel.__init__
+
+    def watched_wrap(self, *args, **kwargs):
+        wrap(self, *args, **kwargs)
+        _record("check_wrapped", 1)
+
+    DistributedDataParallel.__init__ = watched_wrap
     import torch.distributed as dist
 
     for op in COLLECTIVES:
