@@ -31,6 +31,8 @@ DESTROY = "dist.destroy_process_group()"
 OPTIMISER = "lr=args.lr, momentum=0.9)"
 EVALUATE = "accuracy = evaluate(model, test_loader, device)"
 REPORT_WEIGHTS = "report_weights(model)"
+TEST_SHARD = "test_shard = Subset(test_set"
+TEST_LOADER = "test_loader = DataLoader(test_shard, batch_size=256)"
 
 # name -> (the edits: (old, new) replaced, or (old, None): every line with old removed; and
 # what the check must say)
@@ -59,6 +61,15 @@ WRONG = {
     "weights reported by rank 0 only": (
         [(REPORT_WEIGHTS, "report_weights(model) if rank == 0 else None")],
         ["Only rank 0 reported its weights", "on every rank"]),
+    # An odd test set: a DistributedSampler on it pads, and one sample counts twice.
+    "a padded test sampler": (
+        [(TEST_SHARD, None), (TEST_LOADER, "test_loader = DataLoader(test_set, batch_size=256, "
+                                           "sampler=DistributedSampler(test_set))")],
+        ["The ranks evaluated 256 test samples where there are 255", "Subset(test_set"]),
+    "a padded test sampler, unshuffled": (
+        [(TEST_SHARD, None), (TEST_LOADER, "test_loader = DataLoader(test_set, batch_size=256, "
+                                           "sampler=DistributedSampler(test_set, shuffle=False))")],
+        ["The ranks evaluated 256 test samples where there are 255", "counted twice"]),
     "every rank saves": (  # two ranks renaming one .tmp file: one of them fails
         [(ONE_WRITER, None), (SAVE, SAVE[4:])],
         ["each wrote the checkpoint", "save on rank 0 only"]),

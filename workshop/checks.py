@@ -79,7 +79,9 @@ class Setting:
     batch_size: int = 32
     epochs: int = 2
     train_samples: int = 512  # a multiple of nproc x batch_size: no padding, no short batch
-    test_samples: int = 256  # not train_samples, so the two loaders are told apart by length
+    # Odd, so that a DistributedSampler on the test set pads it (one sample counted twice), and
+    # not train_samples, so that the two loaders are told apart by length.
+    test_samples: int = 255
 
     def args(self, nproc: int, checkpoint: Path) -> list:
         batch = self.batch_size * self.nproc // nproc  # the same total batch on every run
@@ -207,6 +209,7 @@ def _data_mistakes(result: LaunchResult, setting: Setting) -> list[str]:
     if covered < n:
         mistakes.append(f"Epoch 0 trained on {covered} of the {n} training samples: each must go "
                         "to exactly one rank, as DistributedSampler does.")
+    mistakes += _test_set_mistakes(result, setting)
     in_order = [rank for rank, epochs in drawn.items() if epochs[0] == sorted(epochs[0])]
     same = [rank for rank, epochs in drawn.items() if epochs[1] == epochs[0]]
     if in_order:
@@ -218,6 +221,26 @@ def _data_mistakes(result: LaunchResult, setting: Setting) -> list[str]:
                         "sampler.set_epoch(epoch) at the start of each epoch, since "
                         "DistributedSampler shuffles with its seed + epoch.")
     return mistakes
+
+
+def _test_set_mistakes(result: LaunchResult, setting: Setting) -> list[str]:
+    """Where the ranks drew from the whole test set (a sampler on it, not a Subset each), the
+    first evaluation must count every sample once."""
+    n = setting.test_samples
+    first = [epochs[0] for epochs in (_epochs_drawn(result, rank, n)
+                                      for rank in range(setting.nproc)) if epochs]
+    if len(first) < setting.nproc:  # each rank had a Subset of its own, as section 3's
+        return []
+    drawn, distinct = sum(map(len, first)), len(set().union(*first))
+    if drawn > distinct:
+        return [f"The ranks evaluated {drawn} test samples where there are {n}: "
+                f"DistributedSampler pads the test set to a multiple of {setting.nproc}, so "
+                f"{drawn - distinct} of them counted twice; give each rank its own share with "
+                "Subset(test_set, range(rank, len(test_set), world_size)), as lesson 05 does."]
+    if distinct < n:
+        return [f"The ranks evaluated {distinct} of the {n} test samples: each must be "
+                "evaluated by exactly one rank."]
+    return []
 
 
 def _weight_mistakes(result: LaunchResult, nproc: int) -> list[str]:
