@@ -91,6 +91,22 @@ WRONG = {
     "the loss reduced on rank 0 only": (
         [(LOSS_SUM, LOSS_SUM + " if rank == 0 else None")],
         ["Rank 0 called dist.all_reduce at line", "only some ranks call"]),
+    # A second wrong version of each mistake above.
+    "a sampler made but not given to the loader": (
+        [(LOADER, "DataLoader(train_set, batch_size=args.batch_size, shuffle=True)")],
+        ["Every rank trained on the same samples", "DistributedSampler"]),
+    "set_epoch with a constant": (
+        [(SET_EPOCH, "sampler.set_epoch(0)")],
+        ["in the same order in every epoch", "call sampler.set_epoch(epoch)"]),
+    "every rank saves, under a condition always true": (
+        [(ONE_WRITER, "    if rank >= 0:  # one writer")],
+        ["each wrote the checkpoint", "save on rank 0 only"]),
+    "the loss not reduced": (
+        [(LOSS_SUM, None)], ["reported a training loss of"]),
+    "the batch divided by the world size": (
+        [(LOADER, "DataLoader(train_set, batch_size=args.batch_size // dist.get_world_size(), "
+                  "sampler=sampler)")],
+        ["did not train like one process with batch 64"]),
     "shuffle and a sampler": (
         [("sampler=sampler)", "sampler=sampler, shuffle=True)")],
         ["line", "ValueError: sampler option is mutually exclusive with shuffle"]),
