@@ -36,7 +36,7 @@ CHECK_SITE = Path(__file__).resolve().parent / "check_site"
 LOSS_TOLERANCE = 1e-4  # relative: the same sums in another order
 WEIGHT_TOLERANCE = 1e-4  # lesson 05 section 4 measures about 1e-6 after 16 steps
 # A rank that waits this long in one of the script's collectives is stuck: the check's runs wait
-# less than a second in any (the data is there: lesson 05's set-up prepares it).
+# less than a second in any, once the data is there (the check prepares it before launching).
 STALL_S = 45
 
 
@@ -112,6 +112,11 @@ def ddp_conversion(script: str | os.PathLike, setting: Setting = Setting(),
             "trains alone. Start there; the key points list what else a DDP script needs."])
     folder = Path(tempfile.mkdtemp(prefix="check-", dir=_runs()))
     started = time.monotonic()
+    from course_helpers import prepare_cifar10  # here: it imports torchvision, 3 s on 2 cores
+
+    # Downloaded or generated here, not by a rank while the others wait at its barrier, which
+    # could outlast STALL_S and be taken for a hang.
+    prepare_cifar10(verbose=False)
 
     def checked() -> str:  # what a learner waited for, said with the verdict
         return f"{script} (checked in {time.monotonic() - started:.0f} s)"
