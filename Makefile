@@ -39,7 +39,7 @@ LEARNER_PINS := grep -vE "^(\#|($$(echo $(NOT_FOR_LEARNERS) | tr ' ' '|'))==)" r
 help:
 	@echo "make setup   create the shared packages' environment ($(VENV)) and this clone's .venv"
 	@echo "make lab     open the course in JupyterLab"
-	@echo "make lab-exercises [TRACK=one-day]   build the learners' edition and open it in JupyterLab"
+	@echo "make lab-exercises [TRACK=ml]   build the learners' edition and open it in JupyterLab"
 	@echo "make lab LESSON=05_ddp.ipynb   open JupyterLab on one lesson"
 	@echo "make run     execute every notebook headless into build/ (notebooks and HTML pages)"
 	@echo "make book    the course as a site, every output in place, in build/book/ (runs what make run has not)"
@@ -49,7 +49,7 @@ help:
 	@echo "make compat TORCH=2.4.1   notebooks and launch tests with another torch (docs/compatibility.md)"
 	@echo "make wheelhouse [PY=3.12 PLATFORM=x86_64]   wheels for an offline node (build/wheelhouse/)"
 	@echo "make exercises  the learners' edition, solutions replaced by stubs, in build/exercises/"
-	@echo "make exercises TRACK=one-day   a track's edition (one-day, two-day, hpc): what the track teaches, the rest in an appendix Run All skips"
+	@echo "make exercises TRACK=ml   a track's edition (ml, hpc, two-day): what the track teaches, the rest in an appendix Run All skips"
 	@echo "make take-home  every lesson's scripts, course_helpers.py and job files in build/take-home/ (torch alone runs them)"
 	@echo "make schedule   regenerate docs/schedule.md (the instructor's plan) from the notebooks"
 	@echo "make pins    write pyproject.toml's and environment.yml's pins from requirements.txt"
@@ -117,7 +117,7 @@ endif
 
 # Containers often run as root, which Jupyter refuses without --allow-root. LAB_ARGS adds more,
 # e.g. make lab LAB_ARGS="--no-browser --port 8889". EDITION=exercises (or make lab-exercises)
-# serves the learners' edition, built first (with TRACK=one-day, that track's). JupyterLab neither fetches news nor checks for
+# serves the learners' edition, built first (with TRACK=ml, that track's). JupyterLab neither fetches news nor checks for
 # updates: its "get notified about official Jupyter news?" toast would cover every lesson, and a
 # workshop room's network may not reach the feed. The setting is written into the environment's
 # own settings folder, which the learner's settings still override.
@@ -176,8 +176,8 @@ browser:
 # launches, and lesson 03 and the stop button in JupyterLab (tests/e2e says why those). CI then
 # runs test-browser, the long sweep (in two lanes, below): every other notebook in JupyterLab
 # (each run saved to build/notebooks/, from which the site, make book, is built and opened page
-# by page), the one-day track's edition Run All in JupyterLab (its time per lesson goes to
-# build/one-day-run-all.json) and lesson 05's conversion done there, the tests marked `sweep`
+# by page), the ml track's edition Run All in JupyterLab (its time per lesson goes to
+# build/ml-run-all.json) and lesson 05's conversion done there, the tests marked `sweep`
 # (20 launches in a row, Slurm, two-node variants), and the take-home folder's tests on the
 # oldest supported torch (make compat, below: its own environment). The full learners' edition
 # is not run: its lessons' cells are the course's, none reads what a solution set

@@ -118,7 +118,7 @@ def test_lesson_code_reads_nothing_a_solution_set(path):
     """Exercises sit where their idea is taught, so lesson code runs after solutions; in the
     learners' edition each solution is a stub that sets nothing, so no lesson cell may read
     what a solution set. The course's own run (nbval, JupyterLab) then covers the edition too;
-    the one-day edition's Run All in JupyterLab runs the stubs themselves.
+    the ml edition's Run All in JupyterLab runs the stubs themselves.
     """
     assert not leaning_on_solutions(nbformat.read(path, as_version=4)), path.name
 

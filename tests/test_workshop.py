@@ -162,19 +162,76 @@ def test_a_section_stating_less_than_its_words_code_and_runs_need_is_named(tmp_p
         "99 exercise 1: 1 min stated, at least 3 needed (3 words, 12 lines to write, 0 s of runs)"]
 
 
-def test_the_one_day_plan_is_core_only_and_has_ddp_before_lunch():
+def test_the_learners_time_is_reading_typing_running_and_a_multiple_for_exercises(tmp_path):
+    notebook = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# 99 · Test"),
+        nbformat.v4.new_markdown_cell("## 1. Long\n\n" + "word " * 400, metadata={
+            "ddp_workshop": {"tier": "core", "audiences": ["ML"], "minutes": 5}}),
+        nbformat.v4.new_code_cell("x = 1\n" * 30),
+        nbformat.v4.new_code_cell("x = 2\n" * 30),
+        nbformat.v4.new_markdown_cell("**1.** Write it.", metadata={
+            "ddp_workshop": {"tier": "core", "minutes": 1}}),
+        nbformat.v4.new_code_cell("# Solution to exercise 1\n" + "y = 2\n" * 12),
+    ])
+    nbformat.write(notebook, tmp_path / "99_lesson.ipynb")
+    [section] = sections.read(tmp_path / "99_lesson.ipynb", {"99": {0: 60.0, 1: 30.0}})
+    # 402 words at 100 a minute, 60 lines at 12, 2 cells at 30 s, 90 s of runs x 1.5:
+    # 4.02 + 5 + 1 + 2.25 = 12.27 -> 13 minutes, above the 5 stated
+    assert section.learners_time() == pytest.approx(12.27)
+    assert section.room_minutes == 13
+    # 3 words, 12 lines, 1 cell, no run: (0.03 + 1 + 0.5) x 1.75 = 2.68 -> 3, above the 1 stated
+    [exercise] = section.exercises
+    assert exercise.learners_time() == pytest.approx(2.6775)
+    assert exercise.room_minutes == 3
+    # Where the stated minutes are longer, they stand.
+    exercise.meta["minutes"] = 30
+    assert exercise.room_minutes == 30
+
+
+@pytest.mark.parametrize("track", schedule.TRACKS, ids=lambda t: t.name)
+def test_each_track_fits_its_days_with_the_ddp_conversion_before_lunch(track):
     found = schedule.lessons()
-    track = next(t for t in schedule.TRACKS if t.name == "one-day")
-    [day] = schedule.pack(track, found)
-    assert {slot.section.tier for _, slot in day} == {"core"}
-    assert all(e.tier == "core" for _, slot in day for e in slot.exercises)
-    taught = {(slot.lesson.number, slot.section.cell) for _, slot in day}
-    assert taught == {(lesson.number, s.cell) for lesson in found for s in lesson.sections
-                      if s.tier == "core"}, "every core section, once"
-    ddp_ends = max(start + slot.minutes for start, slot in day if slot.lesson.number == "05")
-    assert ddp_ends <= schedule.LUNCH[0]
-    assert all(start + slot.minutes <= schedule.DAY_END - schedule.WRAP_UP_MIN
-               for start, slot in day)
+    days = schedule.pack(track, found)
+    assert len(days) == track.days
+    chosen = schedule.slots(track, found)
+    assert [slot for day in days for _, slot in day] == chosen, "every slot, in order"
+    for day in days:
+        for start, slot in day:
+            assert any(begin <= start and start + slot.minutes <= end
+                       for begin, end in schedule.BLOCKS), (track.name, slot.section.title)
+            assert slot.minutes == slot.section.room_minutes + sum(
+                e.room_minutes for e in slot.exercises), "the learners' minutes, not the floor"
+    lesson, number = schedule.DDP_IN_HAND
+    [(start, conversion)] = [(start, slot) for start, slot in days[0]
+                             if slot.lesson.number == lesson
+                             and any(e.number == number for e in slot.exercises)]
+    assert start + conversion.minutes <= schedule.LUNCH[0]
+    assert conversion.minutes >= 30, "the conversion keeps its 30 minutes"
+
+
+@pytest.mark.parametrize("track", schedule.TRACKS, ids=lambda t: t.name)
+def test_a_track_teaches_its_audiences_core_and_no_lesson_as_key_points_alone(track):
+    found = {lesson.number: lesson for lesson in schedule.lessons()}
+    taught = {(s.lesson.number, s.section.cell) for s in schedule.slots(track, found.values())}
+    for number in track.order:
+        for section in found[number].sections:
+            if section.tier == "core" and (track.audience is None
+                                           or track.audience in section.audiences):
+                assert (number, section.cell) in taught, (track.name, str(section))
+        shown = [s for s in found[number].sections if (number, s.cell) in taught
+                 and schedule.section_key(number, s) and not s.title.endswith("Set-up")]
+        assert shown, f"{track.name}: lesson {number} is its set-up and key points alone"
+    assert {lesson for lesson, _ in taught} == set(track.order)
+
+
+def test_the_one_day_tracks_are_for_their_audiences():
+    tracks = {track.name: track for track in schedule.TRACKS}
+    found = schedule.lessons()
+    ml = {s.lesson.number for s in schedule.slots(tracks["ml"], found)}
+    hpc = {s.lesson.number for s in schedule.slots(tracks["hpc"], found)}
+    assert {"05", "07", "08", "11"} <= ml and not {"06", "10"} & ml
+    assert {"05", "06", "09", "10"} <= hpc and not {"07", "08", "11"} & hpc
+    assert set(tracks["two-day"].order) == {lesson.number for lesson in found}
 
 
 def test_the_hpc_track_teaches_the_launchers_right_after_the_multi_node_launch():
@@ -185,15 +242,24 @@ def test_the_hpc_track_teaches_the_launchers_right_after_the_multi_node_launch()
     assert lessons_in_order.index("10") == lessons_in_order.index("06") + 1
 
 
-def test_a_core_that_does_not_fit_its_day_is_refused_by_name():
+def test_a_track_that_does_not_fit_its_day_is_refused_by_name():
     found = schedule.lessons()
     heavy = dataclasses.replace(found[0].sections[0],
                                 meta={**found[0].sections[0].meta, "minutes": 400})
     too_long = [schedule.Lesson(found[0].number, found[0].title, 400, 0, False,
                                 (heavy, *found[0].sections[1:])), *found[1:]]
-    track = next(t for t in schedule.TRACKS if t.name == "one-day")
-    with pytest.raises(schedule.DoesNotFit, match=r"One day: .* do not fit \(00 1\. What is"):
+    track = next(t for t in schedule.TRACKS if t.name == "ml")
+    with pytest.raises(schedule.DoesNotFit,
+                       match=r"Machine learning, one day: .* do not fit \(00 1\. What is"):
         schedule.pack(track, too_long)
+
+
+def test_a_track_whose_conversion_comes_after_lunch_is_refused():
+    track = next(t for t in schedule.TRACKS if t.name == "two-day")
+    late = dataclasses.replace(track, order=tuple(n for n in track.order if n != "05") + ("05",))
+    with pytest.raises(schedule.DoesNotFit, match=r"lesson 05's exercise 1 \(the DDP "
+                       r"conversion\) does not end before lunch on day 1 \(not on day 1\)"):
+        schedule.pack(late, schedule.lessons())
 
 
 def test_the_learners_edition_folds_the_instructors_notes(built):

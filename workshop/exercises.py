@@ -11,7 +11,7 @@ Run All. Every other cell is copied unchanged, and the
 notebooks keep their folder name, so that relative paths (``scripts/``, another lesson's
 notebook) and ``ddp_lib`` on ``PYTHONPATH`` resolve as they do in the course itself.
 
-A **track's edition** (``--track one-day``, a track of ``workshop.schedule``) keeps, in each
+A **track's edition** (``--track ml``, a track of ``workshop.schedule``) keeps, in each
 notebook, the sections and exercises the track teaches, in order, and moves the rest to an
 appendix at the notebook's end, their code cells made raw cells: Run All runs what the day
 teaches and nothing else, and the rest is still there to read, or to run one cell at a time

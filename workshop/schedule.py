@@ -150,38 +150,57 @@ def lessons(folder: Path = NOTEBOOKS) -> list[Lesson]:
 
 @dataclass(frozen=True)
 class Track:
-    """A way through the course: which sections and exercises, in which order, over how many
-    days, and what must happen before lunch on day 1."""
+    """A way through the course for one audience: its lessons in order, over how many days.
+
+    It teaches every core section of its lessons that is for its audience, and the optional and
+    demo sections it names (``"08.2"``: lesson 08's section 2), with each taught section's core
+    exercises (and its optional ones, where ``optional_exercises``)."""
 
     name: str
     title: str
     days: int
-    tiers: tuple[str, ...]  # the sections taught
-    exercise_tiers: tuple[str, ...]  # the exercises done in the day
-    audience: str | None  # only sections for it; None: every section of those tiers
+    audience: str | None  # None: every audience
     order: tuple[str, ...]  # lesson numbers
-    before_lunch: str | None  # the lesson whose taught sections end before day 1's lunch
+    adds: tuple[str, ...]  # optional and demo sections taught, "lesson.section"
+    optional_exercises: bool
     about: str
+
+
+def section_key(lesson: str, section: sections.Section) -> str | None:
+    """"05.3" for lesson 05's "3. The main run"; None for an unnumbered one (Key points...)."""
+    number = re.match(r"(\d+)\. ", section.title)
+    return f"{lesson}.{number[1]}" if number else None
 
 
 ALL = tuple(f"{n:02d}" for n in range(12))
 TRACKS = (
-    Track("one-day", "One day", 1, ("core",), ("core",), None, ALL, "05",
-          "Core sections and core exercises only; DDP training is in the learners' hands "
-          "before lunch."),
-    Track("two-day", "Two days", 2, ("core", "optional", "demo"), ("core", "optional"), None,
-          ALL, None, "Core and optional sections, the demos, core and optional exercises."),
-    Track("hpc", "HPC centre, one day", 1, ("core", "optional", "demo"), ("core",), "HPC",
-          ("00", "01", "02", "03", "04", "05", "06", "10", "09", "07", "08", "11"), "05",
-          "For people who run jobs on a cluster: the sections for HPC, lesson 10's launchers "
-          "and binding right after 06's multi-node launch, then 09's hangs."),
+    Track("ml", "Machine learning, one day", 1, "ML",
+          ("00", "01", "02", "03", "04", "05", "07", "08", "11"),
+          ("08.1", "08.2", "08.3"), False,
+          "For people who train models on a laptop or on cloud GPUs: through DDP, mixed "
+          "precision, scaling (lesson 08's script and its throughput for 1 … N processes) and "
+          "FSDP2. Multi-node launch, the launchers and hangs are the HPC day's."),
+    Track("hpc", "HPC centre, one day", 1, "HPC",
+          ("00", "01", "04", "05", "06", "10", "09"), (), False,
+          "For people who run jobs on a cluster: through multi-node launch, lesson 10's "
+          "launchers and binding right after 06, then 09's hangs. DataParallel (02) and the "
+          "ring all-reduce (03), which MPI users know, are homework; so are mixed precision, "
+          "scaling and FSDP2, the machine-learning day's."),
+    Track("two-day", "Two days", 2, None, ALL,
+          ("05.5", "05.6", "06.5", "06.7", "07.4", "07.7", "08.1", "08.2", "08.3", "09.4",
+           "10.5", "11.3", "11.5"), False,
+          "Both days' core sections, and the optional sections and demos named in "
+          "`workshop/schedule.py`, with their optional exercises; the rest is homework."),
 )
+# Lesson 05's exercise 1, the learner's own DDP conversion: in every track, before lunch on day 1.
+DDP_IN_HAND = ("05", 1)
 DAY_START, DAY_END = 9 * 60, 17 * 60
 WELCOME_MIN, WRAP_UP_MIN = 15, 15
 # The teaching blocks of a day, between the welcome, two breaks, lunch and the wrap-up.
 BLOCKS = ((9 * 60 + 15, 10 * 60 + 30), (10 * 60 + 45, 12 * 60 + 30),
           (13 * 60 + 30, 15 * 60), (15 * 60 + 15, 16 * 60 + 45))
 LUNCH = (12 * 60 + 30, 13 * 60 + 30)
+TEACHING_MIN = sum(end - begin for begin, end in BLOCKS)  # a day's
 
 
 @dataclass(frozen=True)
@@ -193,22 +212,22 @@ class Slot:
 
 
 def slots(track: Track, all_lessons: list[Lesson]) -> list[Slot]:
-    """The track's sections in teaching order, each with the exercises done there."""
+    """The track's sections in teaching order, each with the exercises done there, in the
+    minutes a room of learners needs (``room_minutes``)."""
     by_number = {lesson.number: lesson for lesson in all_lessons}
+    exercise_tiers = ("core", "optional") if track.optional_exercises else ("core",)
     chosen = []
     for number in track.order:
         lesson = by_number[number]
         for section in lesson.sections:
-            if section.tier not in track.tiers:
+            if section.tier == "core":
+                if track.audience and track.audience not in section.audiences:
+                    continue
+            elif section_key(number, section) not in track.adds:
                 continue
-            if track.audience and track.audience not in section.audiences:
-                continue
-            if track.audience and section.tier != "core" and section.audiences != [
-                    track.audience]:
-                continue  # an optional section for everyone is not the HPC day's
-            done = tuple(e for e in section.exercises if e.tier in track.exercise_tiers)
-            chosen.append(Slot(lesson, section, section.minutes + sum(e.minutes for e in done),
-                               done))
+            done = tuple(e for e in section.exercises if e.tier in exercise_tiers)
+            chosen.append(Slot(lesson, section, section.room_minutes
+                               + sum(e.room_minutes for e in done), done))
     return chosen
 
 
@@ -233,12 +252,13 @@ def pack(track: Track, all_lessons: list[Lesson]) -> list[list[tuple[int, Slot]]
         names = "; ".join(f"{s.lesson.number} {s.section.title} ({s.minutes} min)"
                           for s in todo)
         raise DoesNotFit(f"{track.title}: {left} min do not fit ({names})")
-    if track.before_lunch:
-        ends = [start + slot.minutes for start, slot in days[0]
-                if slot.lesson.number == track.before_lunch]
-        if not ends or max(ends) > LUNCH[0]:
-            raise DoesNotFit(f"{track.title}: lesson {track.before_lunch} does not end before "
-                             f"lunch on day 1 ({clock(max(ends)) if ends else 'not on day 1'})")
+    lesson, number = DDP_IN_HAND
+    ends = [start + slot.minutes for start, slot in days[0] if slot.lesson.number == lesson
+            and any(e.number == number for e in slot.exercises)]
+    if not ends or ends[0] > LUNCH[0]:
+        raise DoesNotFit(f"{track.title}: lesson {lesson}'s exercise {number} (the DDP "
+                         f"conversion) does not end before lunch on day 1 "
+                         f"({clock(ends[0]) if ends else 'not on day 1'})")
     return days
 
 
@@ -268,21 +288,27 @@ def day_table(day: list[tuple[int, Slot]]) -> list[str]:
 
 
 def homework(track: Track, all_lessons: list[Lesson]) -> list[str]:
-    """What the track leaves for after the day: homework, and what it did not teach."""
+    """What the track leaves for after the day: the lessons it skips, and in the others the
+    sections and exercises it does not teach (in the minutes a learner alone needs)."""
     chosen = slots(track, all_lessons)
     taught = {(s.lesson.number, s.section.cell) for s in chosen}
     done = {(s.lesson.number, e.number) for s in chosen for e in s.exercises}
     lines = []
     for lesson in all_lessons:
+        if lesson.number not in track.order:
+            total = sum(s.room_minutes + sum(e.room_minutes for e in s.exercises)
+                        for s in lesson.sections if s.tier != "instructor")
+            lines.append(f"- {lesson.number} {lesson.title}: the whole lesson ({total} min)")
+            continue
         for section in lesson.sections:
-            if section.tier in ("homework", "optional") and (lesson.number, section.cell) \
-                    not in taught:
+            if section.tier != "instructor" and section.title != "Exercises" and \
+                    (lesson.number, section.cell) not in taught:
                 lines.append(f"- {lesson.number} {section.title} ({section.tier}, "
-                             f"{section.minutes} min)")
+                             f"{section.room_minutes} min)")
             for e in section.exercises:
-                if e.tier != "core" and (lesson.number, e.number) not in done:
+                if (lesson.number, e.number) not in done:
                     lines.append(f"- {lesson.number} exercise {e.number} ({e.tier}, "
-                                 f"{e.minutes} min)")
+                                 f"{e.room_minutes} min)")
     return lines
 
 
@@ -300,7 +326,18 @@ def render(all_lessons: list[Lesson]) -> str:
         "carries its tier, audiences and minutes, and its minutes are at least its words at "
         f"{sections.SPEAKING_WORDS_PER_MIN} a minute, its code at "
         f"{sections.CODE_LINES_PER_MIN} lines a minute and its runs as measured on 2 cores "
-        "(`make test` checks that). A section is never split across a break.",
+        "(`make test` checks that).",
+        "",
+        "The plans below count what a room of learners needs: for each section and exercise, "
+        "its stated minutes or the learners' time, whichever is longer. The learners' time is "
+        f"its words read at {sections.READING_WORDS_PER_MIN} a minute, its code typed at "
+        f"{sections.TYPED_LINES_PER_MIN} lines a minute, {sections.SECONDS_PER_CELL} s per code "
+        f"cell to run it and read its output, and its runs ×{sections.SHARED_RUN_FACTOR} on a "
+        f"shared node; an exercise takes ×{sections.EXERCISE_FACTOR} that of its question and "
+        "solution, and lesson 05's conversion states its 30 minutes. "
+        "[instructors.md](instructors.md#the-learners-time) gives the sources. A section is "
+        "never split across a break, and in every plan lesson 05's conversion ends before "
+        "lunch on day 1.",
         "",
         "| tier | meaning |",
         "|---|---|",
@@ -308,7 +345,10 @@ def render(all_lessons: list[Lesson]) -> str:
         "",
     ]
     for track in TRACKS:
-        out += [f"## {track.title} (`{track.name}`)", "", track.about, ""]
+        chosen = slots(track, all_lessons)
+        out += [f"## {track.title} (`{track.name}`)", "", track.about, "",
+                f"Lessons {', '.join(track.order)}: {sum(s.minutes for s in chosen)} min of "
+                f"sections and exercises in {track.days * TEACHING_MIN} teaching minutes.", ""]
         for number, day in enumerate(pack(track, all_lessons), 1):
             if track.days > 1:
                 out += [f"### Day {number}", ""]

@@ -36,7 +36,7 @@ NOTEBOOKS = ROOT / "notebooks"
 KEY = "ddp_workshop"
 TIERS = {
     "core": "taught in every track, by the learners' own hands where there is code",
-    "optional": "taught when there is time: the two-day track",
+    "optional": "taught in the tracks that name it (`workshop/schedule.py`)",
     "homework": "done after the day, from the learners' edition",
     "demo": "the instructor runs it while learners watch",
     "instructor": "notes for the instructor, folded away in the learners' edition",
@@ -46,6 +46,14 @@ AUDIENCES = ("ML", "HPC")
 SPEAKING_WORDS_PER_MIN = 130  # a presenter explaining, not a reader skimming
 CODE_LINES_PER_MIN = 30  # code walked through on screen: about two seconds a line
 WRITTEN_LINES_PER_MIN = 6  # code a learner writes and gets right
+# The learners' time, which a room needs beside the floor above (docs/instructors.md, "The
+# learners' time", gives the sources): reading, typing and running, and each exercise a multiple
+# of its own question and solution.
+READING_WORDS_PER_MIN = 100
+TYPED_LINES_PER_MIN = 12
+SECONDS_PER_CELL = 30  # to run a cell and read what it printed
+SHARED_RUN_FACTOR = 1.5  # a run on a node that the room shares
+EXERCISE_FACTOR = 1.75  # an exercise against its solution read, typed and run once
 RUN_SECONDS = ROOT / "workshop" / "run_seconds.json"
 START = "exercise_start"  # a solution's metadata: [lesson, script], the script a learner edits
 HEADING = re.compile(r"## (.+)")
@@ -62,6 +70,7 @@ class Part:
     meta: dict
     words: int = 0
     code_lines: int = 0
+    code_cells: int = 0
     run_s: float = 0.0
 
     @property
@@ -77,11 +86,27 @@ class Part:
         return math.ceil(self.words / SPEAKING_WORDS_PER_MIN
                          + self.code_lines / self.lines_per_min + self.run_s / 60)
 
+    def learners_time(self) -> float:
+        """Minutes a learner takes: its words read, its code typed, each cell run and its output
+        read, the runs slower on a shared node."""
+        return (self.words / READING_WORDS_PER_MIN + self.code_lines / TYPED_LINES_PER_MIN
+                + self.code_cells * SECONDS_PER_CELL / 60 + self.run_s * SHARED_RUN_FACTOR / 60)
+
+    @property
+    def room_minutes(self) -> int:
+        """What a room needs: the stated minutes, or the learners' time where that is longer."""
+        return max(self.minutes, math.ceil(self.learners_time()))
+
 
 @dataclass
 class Exercise(Part):
     lines_per_min: ClassVar[int] = WRITTEN_LINES_PER_MIN
     number: int = 0
+
+    def learners_time(self) -> float:
+        """A multiple of its question read and its solution typed and run: a learner tries,
+        errs and tries again."""
+        return EXERCISE_FACTOR * super().learners_time()
 
 
 @dataclass
@@ -159,12 +184,14 @@ def read(path: Path, measured: dict[str, dict[int, float]] | None = None) -> lis
             else:  # a check cell is run, not written
                 if "check" not in cell.metadata.get("tags", []):
                     exercise.code_lines += lines_to_write(cell)
+                exercise.code_cells += 1
                 exercise.run_s += seconds.get(code_number, 0.0)
         elif cell.cell_type == "markdown":
             sections[-1].words += words(cell.source)
         else:
             if not cell.metadata.get("jupyter", {}).get("source_hidden"):  # folded: not read
                 sections[-1].code_lines += lines_of_code(cell.source)
+            sections[-1].code_cells += 1
             sections[-1].run_s += seconds.get(code_number, 0.0)
     return sections
 

@@ -1,9 +1,9 @@
 """The learners' editions as a learner meets them, in JupyterLab in Chromium (the server, the
 browser and the helpers are test_jupyterlab.py's).
 
-The one-day track's edition (``make lab-exercises TRACK=one-day``): Run All on each lesson runs
+The `ml` track's edition (``make lab-exercises TRACK=ml``): Run All on each lesson runs
 what the day teaches with no error but an unsolved exercise's own, and nothing of the appendix;
-the time each lesson took goes to build/one-day-run-all.json. Then lesson 05's first exercise
+the time each lesson took goes to build/ml-run-all.json. Then lesson 05's first exercise
 there, as its stub says, the likely mistake first: the check run without the launch must say
 what to do, the launch must show progress while it runs, the check must then find what the
 exercise expects. Screenshots go to build/screenshots/.
@@ -37,37 +37,37 @@ from test_jupyterlab import (
 from ddp_lib import scripts
 from workshop import exercises, schedule
 
-ONE_DAY = next(track for track in schedule.TRACKS if track.name == "one-day")
-# What Run All took in each lesson of the one-day edition, written as each finishes; the
+ML = next(track for track in schedule.TRACKS if track.name == "ml")
+# What Run All took in each lesson of the ml edition, written as each finishes; the
 # figures in docs/benchmarks.md come from this file.
-ONE_DAY_SECONDS = ROOT / "build" / "one-day-run-all.json"
+ML_SECONDS = ROOT / "build" / "ml-run-all.json"
 
 
 @pytest.fixture(scope="module")
-def one_day_lab(tmp_path_factory):
-    """The one-day track's edition, built and served as make lab-exercises TRACK=one-day does."""
-    home = tmp_path_factory.mktemp("one-day")
-    exercises.build(home, track=ONE_DAY)
-    ONE_DAY_SECONDS.unlink(missing_ok=True)  # this session's times only
+def ml_lab(tmp_path_factory):
+    """The ml track's edition, built and served as make lab-exercises TRACK=ml does."""
+    home = tmp_path_factory.mktemp("ml")
+    exercises.build(home, track=ML)
+    ML_SECONDS.unlink(missing_ok=True)  # this session's times only
     with jupyterlab(home, home / "notebooks") as served:
         yield served
 
 
 @pytest.mark.sweep
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
-def test_one_day_edition_runs_in_jupyterlab(browser, one_day_lab, notebook):  # noqa: F811
-    """Run All on the one-day edition: what the day teaches runs with no error, the appendix
+def test_ml_edition_runs_in_jupyterlab(browser, ml_lab, notebook):  # noqa: F811
+    """Run All on the ml edition: what the day teaches runs with no error, the appendix
     not at all. The time from the click to the last cell is recorded, not asserted: a test that
     fails on a slow machine is one people learn to skip (the budget, 90 s a lesson and 6 minutes
     in all on 2 cores, is checked against the recorded times in docs/benchmarks.md)."""
-    page = open_notebook(browser, one_day_lab, notebook.name)
+    page = open_notebook(browser, ml_lab, notebook.name)
     try:
         started = time.monotonic()
         run_all_cells(page)
         wait_until_all_cells_ran(page, NOTEBOOK_TIMEOUT_S)
         seconds = time.monotonic() - started
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SCREENSHOTS / f"one-day-{notebook.stem}.png"), full_page=True)
+        page.screenshot(path=str(SCREENSHOTS / f"ml-{notebook.stem}.png"), full_page=True)
         assert error_outputs(page) == []
         for said in error_outputs(page, expected=True):  # a check of an exercise not done yet
             assert said.startswith("ExerciseNotDone: "), said
@@ -81,9 +81,9 @@ def test_one_day_edition_runs_in_jupyterlab(browser, one_day_lab, notebook):  # 
         assert "code" not in after, "Run All runs nothing of the appendix"
         if appendix < len(cells):
             assert "raw" in after, "the appendix holds what the day does not run, as raw cells"
-        times = json.loads(ONE_DAY_SECONDS.read_text()) if ONE_DAY_SECONDS.exists() else {}
+        times = json.loads(ML_SECONDS.read_text()) if ML_SECONDS.exists() else {}
         times[notebook.name] = round(seconds, 1)
-        ONE_DAY_SECONDS.write_text(json.dumps(dict(sorted(times.items())), indent=1) + "\n")
+        ML_SECONDS.write_text(json.dumps(dict(sorted(times.items())), indent=1) + "\n")
         print(f"{notebook.name}: Run All took {seconds:.1f} s")
     finally:
         close(page)
@@ -208,13 +208,13 @@ def silences(ticks, changes) -> list[tuple[float, float]]:
 
 @pytest.mark.sweep
 @pytest.mark.timeout(900)
-def test_learners_edition_conversion_done_wrong_then_right(browser, one_day_lab):  # noqa: F811
-    """Lesson 05's exercise 1 in a learners' edition (the one-day track's, where the conversion is
+def test_learners_edition_conversion_done_wrong_then_right(browser, ml_lab):  # noqa: F811
+    """Lesson 05's exercise 1 in a learners' edition (the ml track's, where the conversion is
     core), as a learner does it. Run All: the stub is lesson 01's script, and the check under it
     says where to start, without stopping Run All. Then a conversion without ``set_epoch`` pasted
     into the stub: the check names that, and only that. Then the line typed in: the check passes,
     its launches showing progress as they run."""
-    page = open_notebook(browser, one_day_lab, "05_ddp.ipynb")
+    page = open_notebook(browser, ml_lab, "05_ddp.ipynb")
     try:
         run_all_cells(page)
         wait_until_all_cells_ran(page, NOTEBOOK_TIMEOUT_S)
