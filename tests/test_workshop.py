@@ -6,6 +6,7 @@ import ast
 import contextlib
 import copy
 import dataclasses
+import re
 from pathlib import Path
 
 import nbformat
@@ -62,9 +63,16 @@ def test_stubs_are_python_and_replace_each_solution(built, path):
     assert len(course["cells"]) == len(learners["cells"])
     for ours, theirs in zip(course["cells"], learners["cells"], strict=True):
         if exercises.is_solution(ours) and sections.START in ours["metadata"]:
-            # the script the learner edits, written under the solution's name
+            # the script the learner edits, written under the solution's name, with its steps
+            # as TODO comments where the solution says, and nothing else added
             first, _, _ = cell_text(ours).partition("\n")
-            assert cell_text(theirs) == f"{first}\n{sections.start_text(ours).rstrip()}"
+            start = sections.start_text(ours).rstrip()
+            steps = ours["metadata"].get(exercises.TODOS, [])
+            assert cell_text(theirs) == f"{first}\n{exercises.faded(start, steps)}"
+            added = [line.strip() for line in cell_text(theirs).splitlines()[1:]
+                     if line not in start.splitlines()]
+            assert all(line.startswith("# TODO") or line.startswith("#   ") for line in added)
+            assert sum(line.startswith("# TODO") for line in added) == len(steps)
             assert exercises.STUB in theirs["metadata"]["tags"]
         elif exercises.is_solution(ours):
             assert exercises.STUB in theirs["metadata"]["tags"]
@@ -83,6 +91,24 @@ def test_stubs_are_python_and_replace_each_solution(built, path):
                 assert theirs.metadata.pop("jupyter") == {"source_hidden": True}
             assert theirs == ours, "every other cell is copied unchanged"
     assert learners["metadata"] == course["metadata"]
+
+
+def test_the_conversions_stub_marks_the_seven_steps_in_lesson_01s_script():
+    notebook = nbformat.read(ROOT / "notebooks" / "05_ddp.ipynb", as_version=4)
+    [index] = [i for i, c in enumerate(notebook.cells) if exercises.is_solution(c)
+               and c.source.startswith("%%write_script my_train_ddp.py")]
+    stub = cell_text(exercises.stub(notebook.cells[index], notebook.cells[index - 1]))
+    todos = [line.strip() for line in stub.splitlines() if line.strip().startswith("# TODO")]
+    assert [t.split(":")[0] for t in todos] == [f"# TODO {n}" for n in range(1, 8)]
+    lines = stub.splitlines()
+    # each step sits where it goes: the group before the seed, the sampler before the loader...
+    for todo, then in [(1, "torch.manual_seed(0)"), (2, "prepare_cifar10()"),
+                       (3, "train_loader = DataLoader("), (6, "save_checkpoint(")]:
+        at = next(i for i, line in enumerate(lines) if f"# TODO {todo}:" in line)
+        after = next(line for line in lines[at + 1:] if not line.strip().startswith("#"))
+        assert after.strip().startswith(then), (todo, after)
+    with pytest.raises(ValueError, match="TODO 1: no line 'nowhere' in the script"):
+        exercises.faded("a = 1", [["nowhere", "before", "x"]])
 
 
 def test_a_solution_becomes_a_stub_that_names_its_exercise():
@@ -312,20 +338,119 @@ def test_a_tracks_edition_keeps_its_sections_in_order_and_appends_the_rest(track
         headings = [c.source.split("\n", 1)[0] for c in day if c.cell_type == "markdown"
                     and sections.HEADING.fullmatch(c.source.split("\n", 1)[0])]
         expected = [f"## {s.section.title}" for s in chosen if s.lesson.number == path.name[:2]]
-        notes = [h for h in headings if h not in expected]
-        assert [h for h in headings if h in expected] == expected, path.name
+        unnumbered = [re.sub(r"^## \d+\. ", "## ", h) for h in headings]
+        notes = [h for h in unnumbered if h not in map(unnumber, expected)]
+        assert [h for h in unnumbered if h not in notes] == list(map(unnumber, expected)), \
+            path.name
         assert all(h == "## Notes" for h in notes), (path.name, notes)
         assert all(c.cell_type != "code" for c in rest), "Run All runs nothing of the appendix"
         done = {e.number for s in chosen if s.lesson.number == path.name[:2] for e in s.exercises}
         kept = {int(m[1]) for c in day if c.cell_type == "markdown"
                 and (m := sections.EXERCISE.match(c.source))}
         assert kept == done, (path.name, kept, done)
-        # Every cell of the lesson is there once: in the day as it was, or in the appendix.
-        appendix_text = "\n".join(c.source for c in rest)
-        day_sources = [c.source for c in day]
+        # Every cell of the lesson is there once, in the day or in the appendix, and its code
+        # as it was but for the sections' numbers.
+        by_id = {c.id: c for c in ours.cells}
+        numbers = edition_numbers(track)
         for cell in course.cells:
-            assert cell.source in day_sources or cell.source.split("\n", 1)[-1] in appendix_text, (
-                path.name, cell.source[:80])
+            assert cell.id in by_id, (path.name, cell.source[:80])
+            if cell.cell_type == "code":
+                assert by_id[cell.id].source == exercises.renumber(
+                    cell.source, path.name[:2], numbers), (path.name, cell.source[:80])
+
+
+def unnumber(heading: str) -> str:
+    return re.sub(r"^## \d+\. ", "## ", heading)
+
+
+def edition_numbers(track: schedule.Track) -> dict[str, dict[str, str]]:
+    return {lesson: exercises.numbering(taught)
+            for lesson, taught in exercises.taught_by(track).items()}
+
+
+def test_a_tracks_edition_numbers_its_sections_1_2_3(track_edition):
+    track, notebooks = track_edition
+    for name, notebook in notebooks.items():
+        split = appendix_start(notebook)
+        numbers = [int(m[1]) for c in notebook.cells[:split] if c.cell_type == "markdown"
+                   and (m := re.match(r"## (\d+)\. ", c.source))]
+        assert numbers == list(range(1, len(numbers) + 1)), (track.name, name, numbers)
+        appendix = [c.source.split("\n", 1)[0] for c in notebook.cells[split:]
+                    if c.cell_type == "markdown" and re.match(r"### A\d+\. ", c.source)]
+        assert all(" · " in heading for heading in appendix), "tier and minutes"
+
+
+def test_no_kept_cell_of_a_tracks_edition_cites_its_appendix(track_edition):
+    """What the day keeps reads without the appendix: no cell of a lesson the track teaches
+    cites a section of the appendix that comes before it in the lesson (as shown, measured,
+    checked there), nor a script that only the appendix writes; no objective or key point
+    stays that only the appendix shows. A pointer forward, to a section after it, stays: it
+    says where to read on, and the edition names that section A and its number."""
+    track, notebooks = track_edition
+    for name, notebook in notebooks.items():
+        if name[:2] not in track.order:
+            continue  # the whole lesson is the appendix's
+        split = appendix_start(notebook)
+        day, rest = notebook.cells[:split], notebook.cells[split:]
+        written = {m[1] for c in rest if (m := re.match(r"%%write_script (\S+)", c.source))}
+        written -= {m[1] for c in day if (m := re.match(r"%%write_script (\S+)", c.source))}
+        place, instructor = 0.0, False
+        for index, cell in enumerate(day):
+            heading = sections.HEADING.fullmatch(cell.source.split("\n", 1)[0]) \
+                if cell.cell_type == "markdown" else None
+            if heading:
+                instructor = cell.metadata.get(sections.KEY, {}).get("tier") == "instructor"
+                number = re.match(r"(\d+)\. ", heading[1])
+                place = (original(track, name, number[1]) if number else
+                         float("inf") if heading[1] in ("Key points", "Exercises") else
+                         place + 0.5)
+            if instructor:
+                continue  # the instructor's notes speak of the whole lesson
+            cited = [ref for ref in exercises.appendix_references(cell.source)
+                     if any(int(n) < place for n in re.findall(r"A(\d+)", ref))]
+            assert not cited, f"{track.name} edition of {name}, cell {index}: cites {cited}"
+            scripts_cited = sorted(s for s in written if re.search(rf"\b{re.escape(s)}\b",
+                                                                   cell.source))
+            assert not scripts_cited, (f"{track.name} edition of {name}, cell {index}: names "
+                                       f"{scripts_cited}, written only in the appendix")
+            assert "<!-- sections:" not in cell.source, "the markers go"
+
+
+def original(track: schedule.Track, name: str, label: str) -> float:
+    """The number in the lesson of the section that the track's edition numbers ``label``."""
+    table = exercises.numbering(exercises.taught_by(track)[name[:2]])
+    return float(next(number for number, new in table.items() if new == label))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_objective_and_key_point_names_the_sections_that_show_it(path):
+    notebook = nbformat.read(path, as_version=4)
+    numbers = {exercises.section_number(s) for s in sections.read(path)} - {None}
+    lists = [notebook.cells[0].source] + [c.source for c in notebook.cells
+                                          if c.source.startswith("## Key points")]
+    for text in lists:
+        for run in exercises.bullets(text):
+            if run[0].startswith("- "):
+                marker = exercises.SHOWN_BY.search(run[-1])
+                assert marker, f"{path.name}: no <!-- sections: N --> after '{run[0][:60]}'"
+                named = {n.strip() for n in marker[1].split(",")}
+                assert named <= numbers | {"all"}, (path.name, run[0][:60], named)
+
+
+def test_references_take_the_editions_numbers_and_bullets_follow_their_sections():
+    numbers = {"05": {"2": "1", "3": "A3", "5": "2"}, "08": {"7": "A7", "2": "1"}}
+    text = ("As section 5 shows (sections 2 and 3), and lesson 08, section 7, and lesson 08's "
+            "section 2; Section 5.")
+    assert exercises.renumber(text, "05", numbers) == (
+        "As section 2 shows (sections 1 and A3), and lesson 08, section A7, and lesson 08's "
+        "section 1; Section 2.")
+    assert exercises.appendix_references(exercises.renumber(text, "05", numbers)) == [
+        "sections 1 and A3"]
+    text = ("Intro\n- one; <!-- sections: 2 -->\n- two,\n  on two lines. <!-- sections: 2, 3 -->"
+            "\n- three <!-- sections: all -->\n\nEnd")
+    kept, out = exercises.keep_bullets(text, {"2"})
+    assert kept == "Intro\n- one;\n- three\n\nEnd"
+    assert out == ["- two,\n  on two lines."]
 
 
 def test_what_a_track_runs_needs_nothing_from_its_appendix(track_edition):

@@ -41,6 +41,9 @@ STUB = "exercise-stub"
 CHECK = "check"  # an exercise's check: it runs the learner's code, and stays in the edition
 ANSWERS = "exercise_answers"  # a solution's metadata: the names its check reads, left ... in a stub
 STUB_INSTRUCTION = "exercise_stub"  # a solution cell's metadata: what its stub tells to do
+# A solution's metadata, with sections.START: the numbered steps its stub marks in the script, as
+# [line, where ("before" or "after"), what to do]: a faded start, the steps in place.
+TODOS = "exercise_todos"
 DEFAULT_INSTRUCTION = "write your code here, then run the cell."
 HEADER = re.compile(r"^# Solution to exercise (\d+)(?::\s*(.*))?")
 
@@ -107,7 +110,8 @@ def stub(solution: dict, exercise: dict) -> dict:
     """
     start = sections.start_text(solution)
     if start is not None:
-        lines = [source(solution).partition("\n")[0], start.rstrip("\n")]
+        steps = solution["metadata"].get(TODOS, [])
+        lines = [source(solution).partition("\n")[0], faded(start, steps).rstrip("\n")]
     else:
         match = HEADER.match(source(solution))
         number = match[1] if match else "?"
@@ -122,11 +126,26 @@ def stub(solution: dict, exercise: dict) -> dict:
     cell["metadata"]["tags"] = [STUB if tag == SOLUTION else tag
                                 for tag in cell["metadata"]["tags"] if tag != "nbval-check-output"]
     cell["metadata"].pop("jupyter", None)  # a stub is meant to be seen
-    for key in (STUB_INSTRUCTION, sections.START, ANSWERS):
+    for key in (STUB_INSTRUCTION, sections.START, ANSWERS, TODOS):
         cell["metadata"].pop(key, None)
     cell["source"] = "\n".join(lines)
     cell["outputs"], cell["execution_count"] = [], None
     return cell
+
+
+def faded(script: str, steps: list[list[str]]) -> str:
+    """The script with each step as a ``# TODO n:`` comment, indented as the line it goes
+    before or after (the first line that is, stripped, that line)."""
+    lines = script.split("\n")
+    for number, (anchor, where, todo) in reversed(list(enumerate(steps, 1))):
+        at = next((i for i, line in enumerate(lines) if line.strip() == anchor), None)
+        if at is None:
+            raise ValueError(f"TODO {number}: no line {anchor!r} in the script")
+        indent = lines[at][:len(lines[at]) - len(lines[at].lstrip())]
+        wrapped = _wrap(f"TODO {number}: {todo}", 96 - len(indent))
+        comment = [f"{indent}# {wrapped[0]}"] + [f"{indent}#   {line}" for line in wrapped[1:]]
+        lines[at + (where == "after"):at + (where == "after")] = comment
+    return "\n".join(lines)
 
 
 def _wrap(text: str, width: int) -> list[str]:
@@ -198,32 +217,112 @@ def cell_parts(taught: Taught, count: int) -> list[tuple[str, int, dict]]:
     return found
 
 
-def follow(notebook: dict, taught: Taught) -> dict:
+def section_number(section: sections.Section) -> str | None:
+    number = re.match(r"(\d+)\. ", section.title)
+    return number[1] if number else None
+
+
+def numbering(taught: Taught) -> dict[str, str]:
+    """The lesson's section numbers in the track's edition: the sections it keeps are numbered
+    1, 2, ... in order; one in the appendix is "A" and its number in the lesson (A3)."""
+    kept = [section_number(s) for s in taught.parts if s.cell in taught.section_cells]
+    new = {number: str(i) for i, number in enumerate(filter(None, kept), 1)}
+    return {number: new.get(number, f"A{number}")
+            for s in taught.parts if (number := section_number(s))}
+
+
+# "section 3", "sections 2 and 5", "lesson 05's section 4", "lesson 08, sections 2 and 8"
+REFERENCE = re.compile(r"(?P<lesson>[Ll]esson (?P<number>\d\d)(?:'s|,)? )?(?P<word>[Ss]ections? )"
+                       r"(?P<list>A?\d+(?:(?:, | and | or |, and )A?\d+)*)\b")
+# The sections that show a bullet of the objectives or the key points: the course's convention is
+# an HTML comment at the bullet's end, invisible where the notebook is rendered.
+SHOWN_BY = re.compile(r" ?<!-- sections: ([\w, ]+) -->")
+
+
+def renumber(text: str, lesson: str, numbers: dict[str, dict[str, str]]) -> str:
+    """The text with every reference to a section in the edition's numbers: the lesson's own,
+    or the lesson it names."""
+    def new(match: re.Match) -> str:
+        table = numbers.get(match["number"] or lesson, {})
+        listed = re.sub(r"(?<!A)\b\d+", lambda n: table.get(n[0], n[0]), match["list"])
+        return f"{match['lesson'] or ''}{match['word']}{listed}"
+    return REFERENCE.sub(new, text)
+
+
+def appendix_references(text: str) -> list[str]:
+    """The references of an edition's text to its own lesson's appendix (A3), one each."""
+    return [match[0] for match in REFERENCE.finditer(text)
+            if not match["lesson"] and re.search(r"\bA\d", match["list"])]
+
+
+def bullets(text: str) -> list[list[str]]:
+    """The text in runs of lines: each bullet ("- " and its indented lines) is one run, every
+    other line a run of its own."""
+    runs: list[list[str]] = []
+    for line in text.split("\n"):
+        if runs and runs[-1][0].startswith("- ") and line.startswith(" ") and line.strip():
+            runs[-1].append(line)
+        else:
+            runs.append([line])
+    return runs
+
+
+def keep_bullets(text: str, shown: set[str]) -> tuple[str, list[str]]:
+    """The objectives' or key points' text without the bullets whose sections are not all kept
+    (``<!-- sections: 3, 5 -->``; ``all``: always kept), and those bullets; the markers go."""
+    kept, left_out = [], []
+    for run in bullets(text):
+        marker = SHOWN_BY.search("\n".join(run))
+        bullet = SHOWN_BY.sub("", "\n".join(run))
+        names = {name.strip() for name in marker[1].split(",")} if marker else {"all"}
+        (kept if names <= shown | {"all"} else left_out).append(bullet)
+    return "\n".join(kept), left_out
+
+
+def follow(notebook: dict, taught: Taught, numbers: dict[str, dict[str, str]]) -> dict:
     """The notebook with what the track does not teach moved to an appendix at its end.
 
-    Instructor notes stay where they are (folded). In the appendix a section's heading becomes a
-    ``###`` heading that names its tier and minutes, and every code cell becomes a raw cell.
+    Instructor notes stay where they are (folded). The kept sections are numbered 1, 2, ... and
+    every reference to a section says its number in the edition (``numbering``). The objectives'
+    and the key points' bullets that a left-out section shows move to the appendix too. In the
+    appendix a section's heading becomes a ``###`` heading, A and its number, that names its tier
+    and minutes, and every code cell becomes a raw cell.
     """
-    kept, appendix, left_out = [], [], []
+    lesson = taught.parts[0].lesson if taught.parts else ""
+    own = numbers.get(lesson, {})
+    shown = {number for number, label in own.items() if not label.startswith("A")}
+    kept, appendix, left_out, bullets_out = [], [], [], []
     cells = notebook["cells"]
     for cell, (kind, key, meta) in zip(cells, cell_parts(taught, len(cells)), strict=True):
-        if kind == "intro" or meta.get("tier") == "instructor" or \
-                (kind == "section" and key in taught.section_cells) or \
-                (kind == "exercise" and key in taught.exercise_numbers):
-            kept.append(cell)
-            continue
         cell = copy.deepcopy(cell)
         text = source(cell)
         heading = sections.HEADING.fullmatch(text.split("\n", 1)[0])
+        if cell["cell_type"] == "markdown" and (kind == "intro" or (
+                heading and heading[1] == "Key points")):
+            text, out = keep_bullets(text, shown)
+            bullets_out += out
+        text = renumber(text, lesson, numbers)
+        number = re.match(r"(\d+)\. ", heading[1]) if heading else None
+        title = heading[1][number.end():] if number else heading[1] if heading else ""
+        if kind == "intro" or meta.get("tier") == "instructor" or \
+                (kind == "section" and key in taught.section_cells) or \
+                (kind == "exercise" and key in taught.exercise_numbers):
+            if number and cell["cell_type"] == "markdown":
+                text = f"## {own[number[1]]}. {title}" + text[len(heading[0]):]
+            cell["source"] = text
+            kept.append(cell)
+            continue
         label = f"{meta.get('tier', '')}, {meta.get('minutes', '?')} min"
         if heading and cell["cell_type"] == "markdown":
-            left_out.append(f"{heading[1]} ({label})")
-            cell["source"] = f"### {heading[1]} · {label}" + text[len(heading[0]):]
+            name = f"{own[number[1]]}. {title}" if number else title
+            left_out.append(f"{name} ({label})")
+            text = f"### {name} · {label}" + text[len(heading[0]):]
         elif kind == "exercise" and cell["cell_type"] == "markdown" and \
                 sections.EXERCISE.match(text):
             left_out.append(f"exercise {key} ({label})")
             appendix.append(nbformat.v4.new_markdown_cell(f"### Exercise {key} · {label}",
                                                           id=f"{cell['id']}-title"))
+        cell["source"] = text
         if cell["cell_type"] == "code":  # the same id: the edition is the same on every build
             cell = nbformat.v4.new_raw_cell(text, metadata=cell.get("metadata", {}),
                                             id=cell["id"])
@@ -236,9 +335,11 @@ def follow(notebook: dict, taught: Taught) -> dict:
     if not appendix:
         return {**notebook, "cells": [kept[0], note, *kept[1:]]}
     listed = "\n".join(f"- {name}" for name in left_out)
+    also = ("\n\nWhat those sections teach, from the lesson's objectives and key points:\n\n"
+            + "\n".join(bullets_out)) if bullets_out else ""
     head = nbformat.v4.new_markdown_cell(
         f"## Appendix: not in the {title} track\n\n"
-        f"The rest of the lesson, for after the day:\n\n{listed}\n\n"
+        f"The rest of the lesson, for after the day:\n\n{listed}{also}\n\n"
         "Its code cells are *raw* cells, so that Run All skips them. To run one, select it and "
         "press **Y** (it becomes a code cell), then run it; it needs the appendix's cells above "
         "it, run in order. The whole lesson, every cell runnable, is the full learners' edition "
@@ -253,12 +354,13 @@ def build(dest: Path, notebooks: Path = ROOT / "notebooks",
     out = dest / "notebooks"
     out.mkdir(parents=True, exist_ok=True)
     plan = taught_by(track, notebooks) if track else {}
+    numbers = {lesson: numbering(taught) for lesson, taught in plan.items()}
     written = []
     for path in sorted(notebooks.glob("[0-9][0-9]_*.ipynb")):
         target = out / path.name
         learners = edition(nbformat.read(path, as_version=4))
         if track:
-            learners = nbformat.from_dict(follow(learners, plan[path.name[:2]]))
+            learners = nbformat.from_dict(follow(learners, plan[path.name[:2]], numbers))
         nbformat.write(learners, target)
         written.append(target)
     return written

@@ -210,10 +210,11 @@ def silences(ticks, changes) -> list[tuple[float, float]]:
 @pytest.mark.timeout(900)
 def test_learners_edition_conversion_done_wrong_then_right(browser, ml_lab):  # noqa: F811
     """Lesson 05's exercise 1 in a learners' edition (the ml track's, where the conversion is
-    core), as a learner does it. Run All: the stub is lesson 01's script, and the check under it
-    says where to start, without stopping Run All. Then a conversion without ``set_epoch`` pasted
-    into the stub: the check names that, and only that. Then the line typed in: the check passes,
-    its launches showing progress as they run."""
+    core), as a learner does it. Run All: the stub is lesson 01's script with the seven steps
+    marked as TODO comments, and the check under it says where to start, without stopping Run
+    All. Then a conversion without ``set_epoch`` pasted into the stub: the check names that, and
+    only that. Then the line typed in: the check passes, its launches showing progress as they
+    run."""
     page = open_notebook(browser, ml_lab, "05_ddp.ipynb")
     try:
         run_all_cells(page)
@@ -221,9 +222,12 @@ def test_learners_edition_conversion_done_wrong_then_right(browser, ml_lab):  # 
         assert error_outputs(page) == []
         check = cell_index(page, "checks.ddp_conversion(")
         stub = check - 1
-        assert cell_source(page, stub) == (
-            "%%write_script my_train_ddp.py\n" + scripts.cell_text(
-                "01_single_device.ipynb", "train_single.py").rstrip()), "the stub: lesson 01's"
+        shown = cell_source(page, stub)
+        assert shown.startswith("%%write_script my_train_ddp.py\n") and "# TODO 7: " in shown
+        assert [line for line in shown.split("\n")[1:] if not line.lstrip().startswith("#")] == [
+            line for line in scripts.cell_text("01_single_device.ipynb", "train_single.py")
+            .rstrip().split("\n") if not line.lstrip().startswith("#")], (
+            "the stub: lesson 01's script, its seven steps marked as TODO comments")
         unconverted = cell_output(page, check)
         screenshot(page, check, "05_exercise1_not_ddp_yet.png")
         assert "ExerciseNotDone" in unconverted and "never calls dist.init_process_group" in (
