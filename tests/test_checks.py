@@ -12,11 +12,14 @@ answer checks, which launch nothing but in lessons 00 and 07 (those tests are in
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
+import torch
 
 import ddp_lib
 from ddp_lib import scripts
+from ddp_lib.launching.result import LaunchResult, Line
 from workshop import checks
 
 SAMPLER = "    sampler = DistributedSampler(train_set)"
@@ -420,3 +423,350 @@ def test_a_homework_copy_that_adds_nothing_or_takes_out_code_is_named(tmp_path, 
     original, copy = lesson_script_and_copy(tmp_path, "07_mixed_precision.ipynb", "train_amp.py",
                                             "train_amp_overflow.py", edit)
     check_says(checks.copy_adding, copy, original, "1e5", exercise="Exercise 3", said=said)
+
+
+# --- The optional exercises' checks: two or more wrong answers each, and the right one ---------
+# A launch's answer is judged from its LaunchResult: here a result as a launch leaves it (the
+# script, the command, each rank's lines and records), without the launch; the course's own run
+# of each notebook runs every check cell on its real launch.
+
+def finished_launch(script: str, args: list, lines: dict[int, str] = {},  # noqa: B006
+                    metrics: tuple = (), ranks: int = 2) -> LaunchResult:
+    """A LaunchResult as ddp_lib.launch returns it for ``scripts/<script> args``."""
+    printed = [Line(f"rank{rank}", "stdout", lines.get(rank, "")) for rank in range(ranks)]
+    return LaunchResult(Path("scripts") / script,
+                        ["torchrun", f"--nproc-per-node={ranks}", f"scripts/{script}",
+                         *map(str, args)], Path("runs"), returncode=0, lines=printed,
+                        metrics=[{"name": n, "rank": r, "step": s, "value": v}
+                                 for n, r, s, v in metrics])
+
+
+TERMINAL = "rank 0: all_reduce gave 3\nrank 1: all_reduce gave 3\n"
+
+
+@pytest.mark.parametrize(("output", "shown", "said"), [
+    (TERMINAL, True, "only ddp_lib.launch sets"),
+    (TERMINAL + "rank 2: all_reduce gave 6\n", False, "the command starts 2"),
+    ("", False, "has no 'rank 0: all_reduce gave ...' line"),
+    (finished_launch("hello_allreduce.py", []), False, "is what ddp_lib.launch returned"),
+])
+def test_lesson_00s_terminal_check_names_each_mistake(output, shown, said):
+    check_says(checks.terminal_run, output, shown, said=said)
+
+
+TIMINGS = {"PIL, 0 workers": {"batch_wait_ms": 64.0}, "PIL, 2 workers": {"batch_wait_ms": 40.0},
+           "tensor indexing": {"batch_wait_ms": 6.4}}  # at batch 64: 1 and 0.1 ms per image
+
+
+@pytest.mark.parametrize(("at_256", "gains_most", "said"), [
+    ({"PIL, 0 workers": 0.9, "tensor indexing": 0.03}, "PIL, 0 workers", "per-batch overhead"),
+    ({"PIL, 0 workers": 0.9}, "tensor indexing", "must hold the wait per image"),
+    ({"PIL, 0 workers": 0.9, "tensor indexing": 0.03}, "PIL, 2 workers", "per-batch overhead"),
+])
+def test_lesson_01s_check_names_each_mistake(at_256, gains_most, said):
+    check_says(checks.bigger_batches, at_256, gains_most, TIMINGS, 64, said=said)
+    checks.bigger_batches({"PIL, 0 workers": 0.9, "tensor indexing": 0.03}, "tensor indexing",
+                          TIMINGS, 64)
+
+
+@pytest.mark.parametrize(("batches_4", "batches_8", "said"), [
+    ([7.5] * 4, [4] * 7 + [2], "has a fraction"),
+    ([8, 8, 7, 7], [4] * 7 + [2], "DataParallel cuts with torch.chunk"),
+    ([6, 8, 8, 8], [4] * 7 + [2], "in another order"),
+    ([8, 8, 8, 6], [4] * 8, "adds up to 32"),
+])
+def test_lesson_02s_slices_check_names_each_mistake(batches_4, batches_8, said):
+    check_says(checks.dp_slices, batches_4, batches_8, said=said)
+    checks.dp_slices([8, 8, 8, 6], [4] * 7 + [2])
+
+
+def test_lesson_02s_state_check_names_each_mistake():
+    from course_helpers import SmallCNN
+    dp_model = torch.nn.DataParallel(SmallCNN())
+    state = dp_model.state_dict()
+    check_says(checks.plain_state, state, dp_model, said="still has the module. prefix")
+    check_says(checks.plain_state, SmallCNN().state_dict(), dp_model,
+               said="does not hold dp_model's weights")
+    check_says(checks.plain_state, {k.replace("module.", "m."): v for k, v in state.items()},
+               dp_model, said="keys are not the plain model's")
+    checks.plain_state({k.removeprefix("module."): v for k, v in state.items()}, dp_model)
+
+
+@pytest.mark.parametrize(("finished", "said"), [
+    ({r: r for r in range(5)}, "the one it sends first"),
+    ({r: (r - 1) % 5 for r in range(5)}, "the one rank r receives first"),
+    ({r: (r + 2) % 5 for r in range(5)}, "holds all 5 contributions"),
+])
+def test_lesson_03s_chunk_check_names_each_mistake(finished, said):
+    check_says(checks.finished_chunks, finished, said=said)
+    checks.finished_chunks({r: (r + 1) % 5 for r in range(5)})
+
+
+ENV_ONLY = finished_launch("init_methods.py", ["--init-method", "env://", "--world-size", 3])
+
+
+@pytest.mark.parametrize(("env_only", "used", "said"), [
+    (ENV_ONLY, 3, "env:// takes the world size from WORLD_SIZE"),
+    (ENV_ONLY, 4, "how many processes met"),
+    (finished_launch("init_methods.py", ["--init-method", "tcp://"]), 2, "--world-size 3"),
+    (ENV_ONLY.output(), 2, "keep what ddp_lib.launch(...) returns"),
+])
+def test_lesson_04s_world_size_check_names_each_mistake(env_only, used, said):
+    check_says(checks.env_world_size, env_only, used, said=said)
+    checks.env_world_size(ENV_ONLY, 2)
+
+
+FOUR = finished_launch("train_ddp.py", ["--batch-size", 16, "--train-samples", 510], ranks=4)
+
+
+@pytest.mark.parametrize(("four", "batch", "last", "said"), [
+    (FOUR, 16, False, "--batch-size is per process"),
+    (FOUR, 64, True, "pads to 512"),
+    (FOUR, 32, False, "N processes × batch B"),
+    (finished_launch("train_ddp.py", ["--batch-size", 16, "--train-samples", 510]), 64, False,
+     "with 4 processes"),
+])
+def test_lesson_05s_four_processes_check_names_each_mistake(four, batch, last, said):
+    check_says(checks.four_by_sixteen, four, batch, last, said=said)
+    checks.four_by_sixteen(FOUR, 64, False)
+
+
+def rank_failed(message: str, rank: int = 0, exitcode: int = 1) -> ddp_lib.RankFailed:
+    return ddp_lib.RankFailed(message, finished_launch("train_ddp.py", []), rank, exitcode)
+
+
+@pytest.mark.parametrize(("failure", "seconds", "said"), [
+    (None, 30.0, "the launch succeeded"),
+    ("Gloo: no address for nonexistent0", 2.0, "keep the ddp_lib.RankFailed"),
+    (rank_failed("Rank 0 failed: address already in use"), 2.0, "another reason"),
+    (rank_failed("Gloo: no address for nonexistent0"), 300.0, "a wait that long is a timeout"),
+])
+def test_lesson_06s_interface_check_names_each_mistake(failure, seconds, said):
+    check_says(checks.no_interface, failure, seconds, said=said)
+    checks.no_interface(rank_failed("Gloo: no address for nonexistent0"), 2.5)
+
+
+@pytest.mark.parametrize(("failure", "epochs", "said"), [
+    (rank_failed("rank 1 killed", 1, -9), [0, 1], "that run resumed"),
+    (rank_failed("rank 0 failed", 0, 1), [0, 0, 1], "rank 1 is killed"),
+    (None, [0, 0, 1], "raises ddp_lib.RankFailed"),
+    (rank_failed("rank 1 killed", 1, -9), [0, 0], "the epochs of the 'train_loss' reports"),
+])
+def test_lesson_06s_restart_check_names_each_mistake(failure, epochs, said):
+    check_says(checks.restarts, failure, epochs, said=said)
+    checks.restarts(rank_failed("rank 1 killed", 1, -9), [0, 0, 1])
+
+
+@pytest.mark.parametrize(("a_plain", "a_detail", "warned", "said"), [
+    ([2.0] * 3, [101.0] * 3, False, "each rank's a met the other rank's b"),
+    ([101.0] * 3, [101.0] * 3, True, "no tool knows what the tensors mean"),
+    ([101.0] * 3, [100.0] * 3, False, "read rank 0's 'a = ...' line"),
+])
+def test_lesson_09s_swapped_check_names_each_mistake(a_plain, a_detail, warned, said):
+    check_says(checks.swapped_order, a_plain, a_detail, warned, said=said)
+    checks.swapped_order([101.0] * 3, [101.0] * 3, False)
+
+
+@pytest.fixture(scope="module")
+def uneven(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("lesson09")
+    return scripts.from_notebook("09_hangs.ipynb", "uneven.py", directory=folder, quiet=True)
+
+
+JOINED = finished_launch("uneven_join.py", ["--fix", "join"],
+                         {0: "epoch 1: loss 1.402 over 91 samples"})
+
+
+@pytest.mark.parametrize(("edit", "joined", "said"), [
+    (lambda text: text, JOINED, "where uneven.py has it"),
+    (lambda text: text.replace("lr=0.1", "lr=0.2"), JOINED, "changes more than"),
+    (lambda text: text.replace("        dist.all_reduce(totals)", "dist.all_reduce(totals)"),
+     JOINED, "4 spaces, after the with block"),
+    (lambda text: text.replace("        dist.all_reduce(totals)", "    dist.all_reduce(totals)"),
+     finished_launch("uneven_join.py", ["--fix", "none"]), "with --fix join"),
+])
+def test_lesson_09s_join_check_names_each_mistake(uneven, edit, joined, said):
+    copy = uneven.with_name("uneven_join.py")
+    copy.write_text(edit(uneven.read_text()))
+    check_says(checks.join_then_reduce, joined, original=uneven, copy=copy, said=said)
+    copy.write_text(uneven.read_text().replace("        dist.all_reduce(totals)",
+                                               "    dist.all_reduce(totals)"))
+    checks.join_then_reduce(JOINED, original=uneven, copy=copy)
+
+
+@pytest.mark.parametrize(("numbers", "slurm_first", "said"), [
+    ([1, 2, 0, 1], [1, 2, 0, 1], "rank3_numbers are Slurm's"),
+    ([3, 4, 1, 2], [3, 4, 1, 2], "rank3_slurm_first are MPICH's"),
+    ([4, 4, 2, 2], [1, 2, 0, 1], "from MPICH's PMI_RANK"),
+    ([3, 4, 1, 2], [2, 2, 1, 1], "from SLURM_PROCID"),
+])
+def test_lesson_10s_second_check_names_each_mistake(numbers, slurm_first, said):
+    check_says(checks.mpiexec_in_slurm, numbers, slurm_first, said=said)
+    checks.mpiexec_in_slurm([3, 4, 1, 2], [1, 2, 0, 1])
+
+
+def test_lesson_11s_rows_check_names_each_mistake():
+    from course_helpers import SmallCNN
+    model = SmallCNN()
+    right = {}
+    for rank in range(4):
+        held = 0
+        for p in model.parameters():
+            rows = -(-len(p) // 4)
+            held += max(0, min((rank + 1) * rows, len(p)) - rank * rows) * p[0].numel()
+        right[rank] = 12 * held
+    total = sum(right.values())
+    check_says(checks.fsdp_rows, dict.fromkeys(range(4), total // 4), model,
+               said="gives every rank the same")
+    check_says(checks.fsdp_rows, {r: v // 3 for r, v in right.items()}, model,
+               said="counts the weights alone")
+    check_says(checks.fsdp_rows, {0: right[1], 1: right[0], 2: right[2], 3: right[3]} | {
+        0: right[0] + 4, 1: right[1] - 4}, model, said="the right total")
+    checks.fsdp_rows(right, model)
+
+
+# --- The homework's checks ----------------------------------------------------------------------
+
+def test_lesson_01s_flip_check_names_each_mistake():
+    batch = torch.randn(8, 3, 32, 32)
+    flip = torch.tensor([True, False] * 4)
+    right = batch.clone()
+    right[flip] = right[flip].flip(-1)
+    upside_down = batch.clone()
+    upside_down[flip] = upside_down[flip].flip(-2)
+    everything = batch.flip(-1)
+    check_says(checks.flips, batch.clone(), batch, flip, said="assign the flipped images back")
+    check_says(checks.flips, upside_down, batch, flip, said="the width is the last axis")
+    check_says(checks.flips, everything, batch, flip, said="and the others as they were")
+    check_says(checks.flips, right, batch, torch.rand(8), said="one coin per image")
+    checks.flips(right, batch, flip)
+
+
+ROOT = finished_launch("all_to_root.py", [], ranks=4, metrics=[
+    ("all_to_root_s", rank, None, 0.010 + rank / 1000) for rank in range(4)])
+
+
+@pytest.mark.parametrize(("root", "root_s", "said"), [
+    (ROOT, 0.010, "take the max over the ranks"),
+    (ROOT, 13.0, "looks like milliseconds"),
+    (finished_launch("all_to_root.py", [], metrics=[("all_to_root_s", r, None, 0.01)
+                                                    for r in range(2)]), 0.01, "ran 2 ranks"),
+    (finished_launch("ring_allreduce.py", [], ranks=4), 0.013, "launch scripts/all_to_root.py"),
+])
+def test_lesson_03s_root_check_names_each_mistake(root, root_s, said):
+    check_says(checks.all_to_root, root, root_s, said=said)
+    checks.all_to_root(ROOT, 0.013)
+
+
+def test_lesson_04s_pickling_check_names_each_mistake():
+    import pickle
+    child = "AttributeError: Can't get attribute 'worker' on <module '__main__' (built-in)>"
+    error = pickle.PicklingError("Can't pickle <function <lambda>>")
+    check_says(checks.spawn_pickling, None, child, said="pickle.dumps of a lambda fails")
+    check_says(checks.spawn_pickling, ValueError("x"), child, said="keep the exception")
+    check_says(checks.spawn_pickling, error, "", said="Can't get attribute 'worker'")
+    checks.spawn_pickling(error, child)
+    checks.spawn_pickling(AttributeError("Can't pickle local object"), child)
+
+
+@pytest.mark.parametrize(("error", "step", "said"), [
+    (None, 1, "leave out scaler.update() alone"),
+    (RuntimeError("step() has already been called since the last update()."), 0,
+     "the first step goes through"),
+    (ValueError("x"), 1, "keep the RuntimeError"),
+])
+def test_lesson_07s_update_check_names_each_mistake(error, step, said):
+    check_says(checks.no_update, error, step, said=said)
+    checks.no_update(RuntimeError("step() has already been called since the last update()."), 1)
+
+
+def test_lesson_07s_resume_check_names_each_mistake():
+    saved = {"scale": 32768.0, "growth_factor": 2.0, "backoff_factor": 0.5,
+             "growth_interval": 2000, "_growth_tracker": 29}
+    empty = RuntimeError("The source state dict is empty, possibly because it was saved from a "
+                         "disabled instance of GradScaler.")
+    check_says(checks.scaler_resume, 65536.0, 65536.0, empty, saved=saved,
+               said="the saved scale, 32768")
+    check_says(checks.scaler_resume, 32768.0, 32768.0, empty, saved=saved,
+               said="starts at 2**16")
+    check_says(checks.scaler_resume, 32768.0, 65536.0, None, saved=saved,
+               said="the empty state a disabled one saved")
+    checks.scaler_resume(32768.0, 65536.0, empty, saved=saved)
+
+
+def scaling_run(*args, ranks=2) -> LaunchResult:
+    return finished_launch("train_scaling.py", ["--model", "resnet18", *args], ranks=ranks)
+
+
+@pytest.mark.parametrize(("run", "said"), [
+    (scaling_run("--batch-size", 8, "--profile", "runs/traces/x"), "as the weak-scaling runs"),
+    (scaling_run("--batch-size", 3, "--profile", "runs/traces/x"), "resnet_batch // max_n"),
+    (scaling_run("--batch-size", 4), "has no --profile"),
+    (scaling_run("--batch-size", 8, "--profile", "t", ranks=1), "ran 1 processes"),
+])
+def test_lesson_08s_strong_scaling_check_names_each_mistake(run, said):
+    check_says(checks.strong_scaling, run, 2, 8, said=said)
+    checks.strong_scaling(scaling_run("--batch-size", 4, "--profile", "runs/traces/x"), 2, 8)
+
+
+@pytest.mark.parametrize(("run", "said"), [
+    (scaling_run("--profile", "t"), "has no --comm-hook"),
+    (scaling_run("--comm-hook", "fp16", "--profile", "t"), "compresses with fp16"),
+    (scaling_run("--comm-hook", "bf16"), "no timeline to draw"),
+    (scaling_run("--comm-hook", "bf16", "--profile", "t", ranks=1), "compare at max_n"),
+])
+def test_lesson_08s_compression_check_names_each_mistake(run, said):
+    check_says(checks.compressed_run, run, 2, said=said)
+    checks.compressed_run(scaling_run("--comm-hook", "bf16", "--profile", "t"), 2)
+
+
+def lr_run(*args) -> LaunchResult:
+    return finished_launch("train_scaling.py", ["--lr", 0.05, *args])
+
+
+@pytest.mark.parametrize(("hot", "said"), [
+    ({"a": lr_run("--lr", 0.2), "b": lr_run("--lr", 0.2, "--warmup-epochs", 0.5)},
+     "has no --scale-lr"),
+    ({"a": lr_run("--scale-lr"), "b": lr_run("--scale-lr", "--warmup-epochs", 0.5)},
+     "η = 0.2"),
+    ({"a": lr_run("--lr", 0.2, "--scale-lr"), "b": lr_run("--lr", 0.2, "--scale-lr")},
+     "one run warms up"),
+    ({"a": lr_run("--lr", 0.2, "--scale-lr")}, "must hold the two launches"),
+])
+def test_lesson_08s_hot_check_names_each_mistake(hot, said):
+    check_says(checks.hot_runs, hot, said=said)
+    checks.hot_runs({"a": lr_run("--lr", 0.2, "--scale-lr"),
+                     "b": lr_run("--lr", 0.2, "--scale-lr", "--warmup-epochs", 0.5)})
+
+
+def test_lesson_09s_flight_recorder_check_says_what_a_machine_without_two_gpus_shows(capsys):
+    if torch.cuda.device_count() >= 2:
+        check_says(checks.flight_recorder, finished_launch("hang.py", []), [], said="succeeded")
+    else:
+        checks.flight_recorder(None, None)
+        assert "needs two GPUs" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("numbers", "refusal", "said"), [
+    ([3, 4, 1, 2], "... not mpiexec -pmi-port", "old_numbers are MPICH's"),
+    ([1, 2, 1, 2], "... not mpiexec -pmi-port", "Slurm's four"),
+    ([1, 2, 0, 1], "KeyError: 'PMI_RANK'", "names mpiexec -pmi-port"),
+])
+def test_lesson_10s_old_rule_check_names_each_mistake(numbers, refusal, said):
+    check_says(checks.old_rule, numbers, refusal, said=said)
+    checks.old_rule([1, 2, 0, 1], "RuntimeError: ... not mpiexec -pmi-port")
+
+
+COPY_11 = 32 * 2**20  # one fp32 copy of wide_mlp(1024, depth=8): 32 MiB
+LEAST = {"ddp": None, "zero1": None, "zero2": 4, "zero3": 4}
+
+
+@pytest.mark.parametrize(("wrong", "said"), [
+    ({"zero1": 8}, "weights and gradients whole"),
+    ({"ddp": 16}, "4C on every rank"),
+    ({"zero3": 3}, "4C/3 = 42.7 MiB, over 40"),
+    ({"zero2": 8}, "all cut in N"),
+])
+def test_lesson_11s_ladder_check_names_each_mistake(wrong, said):
+    check_says(checks.zero_ladder, {**LEAST, **wrong}, COPY_11, said=said)
+    checks.zero_ladder(LEAST, COPY_11)

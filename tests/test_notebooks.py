@@ -114,6 +114,26 @@ def test_every_solution_cell_follows_an_exercise(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_exercise_with_code_has_a_check_under_its_solution(path):
+    """A learner's answer is judged where it is written: the cell after a solution is a check
+    (``workshop.checks``) that reads the names the stub leaves ``...``, or the script the
+    learner edits."""
+    all_cells = cells(path)
+    for i, cell in enumerate(all_cells):
+        if SOLUTION not in cell.get("metadata", {}).get("tags", []):
+            continue
+        asked = text(all_cells[i - 1])
+        after = all_cells[i + 1] if i + 1 < len(all_cells) else {"metadata": {}}
+        assert "check" in after["metadata"].get("tags", []), (
+            f"{path.name}: {text(cell).splitlines()[0]} has no check under it")
+        check = text(after)
+        assert "checks." in check, f"{path.name}: the check after cell {i} calls no check"
+        for name in cell["metadata"].get("exercise_answers", []):
+            assert re.search(rf"\b{name}\b", check), (path.name, name, "not checked")
+            assert f"`{name}`" in asked, (path.name, name, "not named in the question")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_lesson_code_reads_nothing_a_solution_set(path):
     """Exercises sit where their idea is taught, so lesson code runs after solutions; in the
     learners' edition each solution is a stub that sets nothing, so no lesson cell may read

@@ -539,6 +539,577 @@ def fsdp_gpus(fsdp_gpus, ddp_gpus, parameters: int = 24 * (16384 * 16384 + 16384
                                       "them is enough"])
 
 
+# --- The optional exercises: each answer in named variables, each usual mistake named ---
+
+
+def _launched(name: str, value, script: str) -> list[str]:
+    """A sentence if ``value`` is not what ``ddp_lib.launch`` returned for ``script``."""
+    if not isinstance(value, LaunchResult):
+        return [f"{name} is a {type(value).__name__}: keep what ddp_lib.launch(...) returns in "
+                "it."]
+    if value.script.name != script:
+        return [f"{name} ran {value.script.name}: launch scripts/{script}."]
+    return []
+
+
+def _option(result: LaunchResult, flag: str) -> str | None:
+    """The value the launch gave ``flag`` on the script's command line, as a string: its last,
+    which is the one argparse keeps."""
+    words = [str(word) for word in result.command]
+    at = [i for i, word in enumerate(words[:-1]) if word == flag]
+    return words[at[-1] + 1] if at else None
+
+
+def terminal_run(terminal_output, metrics_shown) -> None:
+    """Lesson 00, exercise 2: the torchrun command from a terminal, and where the metrics go."""
+    mistakes = _unanswered(terminal_output=terminal_output, metrics_shown=metrics_shown)
+    if not mistakes:
+        if isinstance(terminal_output, LaunchResult):
+            mistakes.append("terminal_output is what ddp_lib.launch returned: run the torchrun "
+                            "command in a terminal, and keep what it printed.")
+        elif not isinstance(terminal_output, str):
+            mistakes.append(f"terminal_output is a {type(terminal_output).__name__}: keep the "
+                            "text the command printed.")
+        else:
+            said = dict(re.findall(r"rank (\d+): all_reduce gave (\d+)", terminal_output))
+            if not said:
+                mistakes.append("terminal_output has no 'rank 0: all_reduce gave ...' line: keep "
+                                "what the command printed.")
+            elif set(said) != {"0", "1"}:
+                mistakes.append(f"{len(said)} ranks printed: the command starts 2 "
+                                "(--nproc-per-node=2).")
+        if metrics_shown is not False:
+            mistakes.append(f"metrics_shown is {metrics_shown!r}: report() writes only to the "
+                            "file DDP_LIB_METRICS_FILE names, which only ddp_lib.launch sets; in "
+                            "a terminal the metrics go nowhere.")
+    _verdict("Exercise 2", mistakes, ["2 ranks printed their sum in the terminal",
+                                      "no metrics: report() is quiet outside ddp_lib.launch"])
+
+
+def bigger_batches(at_256, gains_most, timings, batch_size: int,
+                   feeds: tuple[str, ...] = ("PIL, 0 workers", "tensor indexing")) -> None:
+    """Lesson 01, exercise 1: two feeds timed again with batches of 256, and which one gains the
+    most per image."""
+    mistakes = _unanswered(at_256=at_256, gains_most=gains_most)
+    if not mistakes and (not isinstance(at_256, dict) or set(at_256) != set(feeds)):
+        mistakes.append(f"at_256 must hold the wait per image, in ms, of {' and '.join(feeds)}: "
+                        "time each again with batch_size=256.")
+    if mistakes:
+        _verdict("Exercise 1", mistakes, [])
+    ratio = {feed: at_256[feed] / (timings[feed]["batch_wait_ms"] / batch_size) for feed in feeds}
+    right = min(ratio, key=ratio.get)
+    if gains_most != right:
+        other = f" ({gains_most}: ×{ratio[gains_most]:.2f})" if gains_most in ratio else ""
+        mistakes.append(f"gains_most is {gains_most!r}, but {right}'s wait per image fell to "
+                        f"×{ratio[right]:.2f} of what it was{other}: the feed whose time is mostly "
+                        "per-batch overhead gains the most; per-image work (PIL's decoding) "
+                        "stays.")
+    _verdict("Exercise 1", mistakes, [f"{feed}: wait per image ×{ratio[feed]:.2f} at batch 256"
+                                      for feed in feeds])
+
+
+def dp_slices(batches_4, batches_8, samples: int = 30) -> None:
+    """Lesson 02, exercise 1: the slices DataParallel cuts a batch of 30 into, on 4 and 8
+    GPUs."""
+    mistakes = _unanswered(batches_4=batches_4, batches_8=batches_8)
+    if mistakes:
+        _verdict("Exercise 1", mistakes, [])
+    for name, value, gpus in (("batches_4", batches_4, 4), ("batches_8", batches_8, 8)):
+        right = [len(s) for s in torch.arange(samples).chunk(gpus)]
+        value = list(value)
+        if value == right:
+            continue
+        if any(isinstance(v, float) and not v.is_integer() for v in value):
+            mistakes.append(f"{name} has a fraction: a replica gets whole samples.")
+        elif sum(value) != samples:
+            mistakes.append(f"{name} adds up to {sum(value)}: the slices hold all {samples} "
+                            "samples, each once.")
+        elif sorted(value) == sorted(right):
+            mistakes.append(f"{name} is in another order: the larger slices come first, the "
+                            "smaller last.")
+        else:
+            mistakes.append(f"{name} is {value}: DataParallel cuts with torch.chunk, slices of "
+                            f"ceil({samples}/{gpus}) = {right[0]} samples and a smaller last "
+                            "one, not as evenly as it could.")
+    _verdict("Exercise 1", mistakes, [f"4 GPUs: {list(batches_4)}", f"8 GPUs: {list(batches_8)}"])
+
+
+def plain_state(state, dp_model) -> None:
+    """Lesson 02, exercise 3: a DataParallel model's ``state_dict`` made loadable by the plain
+    model."""
+    mistakes = _unanswered(state=state)
+    if not mistakes:
+        inner = dp_model.module.state_dict()
+        prefixed = [key for key in state if key.startswith("module.")]
+        if prefixed:
+            mistakes.append(f"state still has the module. prefix ({prefixed[0]}): take it off "
+                            "every key, e.g. with consume_prefix_in_state_dict_if_present.")
+        elif set(state) != set(inner):
+            odd = sorted(set(state) ^ set(inner))
+            mistakes.append(f"state's keys are not the plain model's ({odd[0]}): take off the "
+                            "prefix 'module.' alone.")
+        elif any(not torch.equal(state[key].cpu(), inner[key].cpu()) for key in inner):
+            mistakes.append("state does not hold dp_model's weights: start from "
+                            "dp_model.state_dict().")
+        else:
+            type(dp_model.module)().load_state_dict(state)
+    _verdict("Exercise 3", mistakes, ["the plain model loads dp_model's weights"])
+
+
+def finished_chunks(finished, ranks: int = 5) -> None:
+    """Lesson 03, exercise 2: which chunk each rank holds finished after the scatter-reduce."""
+    mistakes = _unanswered(finished=finished)
+    right = {r: (r + 1) % ranks for r in range(ranks)}
+    if not mistakes and dict(finished) != right:
+        if dict(finished) == {r: r for r in range(ranks)}:
+            mistakes.append("finished is each rank's own chunk r: that is the one it sends "
+                            "first, with its contribution alone.")
+        elif dict(finished) == {r: (r - 1) % ranks for r in range(ranks)}:
+            mistakes.append("finished is chunk (r - 1) mod N, the one rank r receives first: "
+                            "at step s it receives chunk (r - s - 1) mod N; take the last step.")
+        else:
+            mistakes.append(f"finished is not it: in ring.simulate({ranks})[{ranks - 1}], the "
+                            f"finished chunk of a rank holds all {ranks} contributions.")
+    _verdict("Exercise 2", mistakes, ["after the scatter-reduce, rank r holds chunk (r + 1) mod "
+                                      "N finished"])
+
+
+def env_world_size(env_only, world_size_used) -> None:
+    """Lesson 04, exercise 2: ``env://`` launched with ``--world-size 3`` on 2 processes."""
+    mistakes = _unanswered(env_only=env_only, world_size_used=world_size_used)
+    if not mistakes:
+        mistakes = _launched("env_only", env_only, "init_methods.py")
+    if not mistakes:
+        if _option(env_only, "--init-method") != "env://" or _option(env_only,
+                                                                     "--world-size") != "3":
+            mistakes.append("env_only must run init_methods.py with --init-method env:// and "
+                            "--world-size 3.")
+        if world_size_used == 3:
+            mistakes.append("world_size_used is 3: env:// takes the world size from WORLD_SIZE, "
+                            "which torchrun set to 2; the script passes --world-size only to "
+                            "tcp:// and file://.")
+        elif world_size_used != len(env_only.ranks()):
+            mistakes.append(f"world_size_used is {world_size_used!r}: how many processes met in "
+                            "the group?")
+    _verdict("Exercise 2", mistakes, ["env:// read WORLD_SIZE=2; --world-size 3 went unused"])
+
+
+def four_by_sixteen(four, matched_batch, last_step_matches) -> None:
+    """Lesson 05, exercise 4: 4 processes × batch 16 on 510 samples against one process."""
+    mistakes = _unanswered(four=four, matched_batch=matched_batch,
+                           last_step_matches=last_step_matches)
+    if not mistakes:
+        mistakes = _launched("four", four, "train_ddp.py")
+    if not mistakes:
+        if len(four.ranks()) != 4 or _option(four, "--batch-size") != "16" or _option(
+                four, "--train-samples") != "510":
+            mistakes.append("four must run train_ddp.py with 4 processes, --batch-size 16 and "
+                            "--train-samples 510.")
+        if matched_batch == 16:
+            mistakes.append("matched_batch is 16: --batch-size is per process, and 4 processes "
+                            "take 4 × 16 samples a step.")
+        elif matched_batch != 64:
+            mistakes.append(f"matched_batch is {matched_batch!r}: N processes × batch B train "
+                            "like one process with batch N·B.")
+        if last_step_matches is not False:
+            mistakes.append("last_step_matches is not False: 510 does not divide by 4, so the "
+                            "sampler pads to 512, and the last step trains two samples twice "
+                            "where one process has a last batch of 62.")
+    _verdict("Exercise 4", mistakes, ["4 × 16 matches one process with batch 64",
+                                      "but not on the padded last step"])
+
+
+def no_interface(failure, seconds) -> None:
+    """Lesson 06, exercise 2: the two-node launch with a network interface that does not
+    exist."""
+    mistakes = _unanswered(failure=failure, seconds=seconds)
+    if not mistakes:
+        if failure is None:
+            mistakes.append("failure is None: the launch succeeded; give it env="
+                            "{\"GLOO_SOCKET_IFNAME\": \"nonexistent0\"}.")
+        elif not isinstance(failure, ddp_lib.RankFailed):
+            mistakes.append(f"failure is a {type(failure).__name__}: keep the ddp_lib.RankFailed "
+                            "the launch raised (except ddp_lib.RankFailed as failure).")
+        elif "nonexistent0" not in str(failure):
+            mistakes.append("failure does not name nonexistent0: it failed for another reason; "
+                            "launch with env={\"GLOO_SOCKET_IFNAME\": \"nonexistent0\"}.")
+        if not isinstance(seconds, (int, float)):
+            mistakes.append(f"seconds is a {type(seconds).__name__}: time the launch, from the "
+                            "call to the failure.")
+    if not mistakes and seconds > 60:
+        mistakes.append(f"seconds is {seconds:.0f}: a missing interface fails in "
+                        "init_process_group at once; a wait that long is a timeout, another "
+                        "failure.")
+    _verdict("Exercise 2", mistakes, ["every process failed at once, naming the interface"])
+
+
+def restarts(no_restart, epochs_reported) -> None:
+    """Lesson 06, exercise 4: section 7's killed rank without restarts, then restarted without
+    ``--resume``."""
+    mistakes = _unanswered(no_restart=no_restart, epochs_reported=epochs_reported)
+    if not mistakes:
+        if not isinstance(no_restart, ddp_lib.RankFailed):
+            mistakes.append(f"no_restart is a {type(no_restart).__name__}: with max_restarts=0 "
+                            "the launch raises ddp_lib.RankFailed; keep it.")
+        elif (no_restart.rank, no_restart.exitcode) != (1, -9):
+            mistakes.append(f"no_restart says rank {no_restart.rank}, exit code "
+                            f"{no_restart.exitcode}: the run must be section 7's, where rank 1 is "
+                            "killed (SIGKILL, -9).")
+        if list(epochs_reported) == [0, 1]:
+            mistakes.append("epochs_reported is [0, 1]: that run resumed; leave out --resume and "
+                            "the restarted group trains epoch 0 again.")
+        elif list(epochs_reported) != [0, 0, 1]:
+            mistakes.append(f"epochs_reported is {epochs_reported!r}: the epochs of the "
+                            "'train_loss' reports of the run restarted without --resume.")
+    _verdict("Exercise 4", mistakes, ["without restarts the job fails with the killed rank",
+                                      "without --resume the restart trains epoch 0 twice"])
+
+
+def swapped_order(a_plain, a_detail, warned) -> None:
+    """Lesson 09, exercise 1: two all-reduces of the same size, in a different order on the two
+    ranks, without and with ``TORCH_DISTRIBUTED_DEBUG=DETAIL``."""
+    mistakes = _unanswered(a_plain=a_plain, a_detail=a_detail, warned=warned)
+    if not mistakes:
+        for name, value in (("a_plain", a_plain), ("a_detail", a_detail)):
+            if list(value) == [2.0] * 3:
+                mistakes.append(f"{name} is [2.0, 2.0, 2.0], the right sum, which neither run "
+                                "gives: each rank's a met the other rank's b, 1 + 100.")
+            elif list(value) != [101.0] * 3:
+                mistakes.append(f"{name} is {value!r}: read rank 0's 'a = ...' line.")
+        if warned is not False:
+            mistakes.append("warned is not False: DETAIL compares each collective's operation, "
+                            "shape and type, and they match; no tool knows what the tensors "
+                            "mean.")
+    _verdict("Exercise 1", mistakes, ["both runs give a = [101.0, 101.0, 101.0], with no "
+                                      "warning"])
+
+
+def _code_lines(path: Path) -> list[str]:
+    """The lines of a script that hold code, without their comments, the docstring left out."""
+    lines = path.read_text(encoding="utf-8").splitlines()[1:]
+    return [code.rstrip() for line in lines if (code := line.partition("#")[0]).strip()]
+
+
+def join_then_reduce(joined_after, original: str = "scripts/uneven.py",
+                     copy: str = "scripts/uneven_join.py") -> None:
+    """Lesson 09, exercise 2: ``uneven.py`` with the totals' all-reduce moved below the
+    ``join()`` block, in a copy, run with ``--fix join``."""
+    mistakes = _unanswered(joined_after=joined_after)
+    original, copy = Path(original), Path(copy)
+    if not copy.exists():
+        mistakes.append(f"There is no {copy}: run the cell that writes it first.")
+    if mistakes:
+        _verdict("Exercise 2", mistakes, [])
+    ours, theirs = _code_lines(original), _code_lines(copy)
+    reduce_line = [line for line in theirs if "dist.all_reduce(totals)" in line]
+    if sorted(line.strip() for line in ours) != sorted(line.strip() for line in theirs):
+        mistakes.append(f"{copy.name} changes more than where dist.all_reduce(totals) is: keep "
+                        f"the rest of {original.name} as it is.")
+    elif theirs == ours:
+        mistakes.append(f"{copy.name} has dist.all_reduce(totals) where {original.name} has it: "
+                        "move it below the with block.")
+    elif reduce_line and not reduce_line[0].startswith("    dist.all_reduce"):
+        mistakes.append("dist.all_reduce(totals) is not one level below the for loop over the "
+                        "epochs: 4 spaces, after the with block.")
+    mistakes += _launched("joined_after", joined_after, copy.name)
+    if not mistakes:
+        if _option(joined_after, "--fix") != "join":
+            mistakes.append(f"joined_after must run {copy.name} with --fix join.")
+        elif "over 91 samples" not in joined_after.output(0):
+            mistakes.append("rank 0's loss line does not say 'over 91 samples': read "
+                            "joined_after.output(0).")
+    _verdict("Exercise 2", mistakes, ["after join(), both ranks meet at the totals' "
+                                      "all_reduce: 91 samples, each once"])
+
+
+def mpiexec_in_slurm(rank3_numbers, rank3_slurm_first) -> None:
+    """Lesson 10, exercise 2: rank 3 of ``mpiexec -n 4`` in a two-node Slurm job, under the
+    lesson's order of launchers and with Slurm's first."""
+    mistakes = _unanswered(rank3_numbers=rank3_numbers, rank3_slurm_first=rank3_slurm_first)
+    mpich, slurm = [3, 4, 1, 2], [1, 2, 0, 1]
+    if not mistakes:
+        if list(rank3_numbers) == slurm:
+            mistakes.append("rank3_numbers are Slurm's: in the lesson's order MPICH's variables "
+                            "come before Slurm's, and they are all set.")
+        elif list(rank3_numbers) != mpich:
+            mistakes.append(f"rank3_numbers is {rank3_numbers!r}: RANK, WORLD_SIZE, LOCAL_RANK "
+                            "and LOCAL_WORLD_SIZE from MPICH's PMI_RANK, PMI_SIZE, "
+                            "MPI_LOCALRANKID and MPI_LOCALNRANKS.")
+        if list(rank3_slurm_first) == mpich:
+            mistakes.append("rank3_slurm_first are MPICH's: with Slurm's entry first, its "
+                            "four variables, all set, decide.")
+        elif list(rank3_slurm_first) != slurm:
+            mistakes.append(f"rank3_slurm_first is {rank3_slurm_first!r}: from SLURM_PROCID, "
+                            "SLURM_NTASKS, SLURM_LOCALID and the tasks per node.")
+    _verdict("Exercise 2", mistakes, ["the lesson's order: rank 3 of 4, local rank 1 of 2",
+                                      "Slurm first: rank 1 of 2, the job's task, not the rank"])
+
+
+def fsdp_rows(prediction, model: torch.nn.Module, nproc: int = 4, copies: int = 3,
+              element_bytes: int = 4) -> None:
+    """Lesson 11, exercise 2: the bytes each rank holds under FSDP2, every tensor cut into
+    pieces of ceil(rows/N) rows, for the weights, their gradients and the momentum."""
+    mistakes = _unanswered(prediction=prediction)
+    held = dict.fromkeys(range(nproc), 0)
+    for p in model.parameters():
+        rows = math.ceil(len(p) / nproc)
+        for rank in held:
+            held[rank] += max(0, min((rank + 1) * rows, len(p)) - rank * rows) * p[0].numel()
+    right = {rank: copies * element_bytes * n for rank, n in held.items()}
+    if not mistakes and dict(prediction) != right:
+        got = dict(prediction)
+        total = sum(right.values())
+        if len(set(got.values())) == 1:
+            mistakes.append("prediction gives every rank the same: the pieces are ceil(rows/N) "
+                            "rows, so the last rank takes what is left, less where rows do not "
+                            "divide by N.")
+        elif got == {rank: value // copies for rank, value in right.items()}:
+            mistakes.append("prediction counts the weights alone: each rank holds its piece "
+                            f"{copies} times (weights, gradients, momentum).")
+        elif sum(got.values()) == total:
+            mistakes.append("prediction has the right total but not each rank's share: rank r "
+                            "holds rows r·c to (r+1)·c - 1 of each tensor, c = ceil(rows/N).")
+        else:
+            mistakes.append(f"prediction is not it: {copies} × {element_bytes} bytes for each "
+                            "element of the rows a rank holds.")
+    _verdict("Exercise 2", mistakes, [f"rank {rank}: {value:,} bytes"
+                                      for rank, value in right.items()])
+
+
+# --- The homework: the same, for the exercises done after the day ---
+
+
+def flips(flip_batch, unflipped, flip) -> None:
+    """Lesson 01, exercise 3: random horizontal flips on a batch of tensors."""
+    mistakes = _unanswered(flip_batch=flip_batch, unflipped=unflipped, flip=flip)
+    if mistakes:
+        _verdict("Exercise 3", mistakes, [])
+    if not (isinstance(flip, torch.Tensor) and flip.dtype == torch.bool
+            and flip.shape == flip_batch.shape[:1]):
+        mistakes.append("flip must be one coin per image: a bool tensor of the batch's length "
+                        "(torch.rand(len(batch)) < 0.5).")
+    elif torch.equal(flip_batch, unflipped):
+        mistakes.append("flip_batch is unflipped: assign the flipped images back, "
+                        "batch[flip] = batch[flip].flip(-1).")
+    elif torch.equal(flip_batch[flip], unflipped[flip].flip(-2)):
+        mistakes.append("the images are flipped upside down: the width is the last axis, "
+                        "flip(-1).")
+    elif not torch.equal(flip_batch[flip], unflipped[flip].flip(-1)) or not torch.equal(
+            flip_batch[~flip], unflipped[~flip]):
+        mistakes.append("flip_batch is not unflipped with the images that drew heads flipped "
+                        "along the width, and the others as they were.")
+    _verdict("Exercise 3", mistakes, ["the images that drew heads are flipped left to right, "
+                                      "the others untouched"])
+
+
+def all_to_root(root, root_s) -> None:
+    """Lesson 03, exercise 4: the all-to-root scheme on four ranks, and its time."""
+    mistakes = _unanswered(root=root, root_s=root_s) or _launched("root", root, "all_to_root.py")
+    if not mistakes:
+        times = {rank: root.metric("all_to_root_s", rank)[0][1] for rank in root.ranks()
+                 if root.metric("all_to_root_s", rank)}
+        if len(times) != 4:
+            mistakes.append(f"root ran {len(times)} ranks: launch it with nproc_per_node=4.")
+        elif _near(root_s, 1e3 * max(times.values())):
+            mistakes.append("root_s looks like milliseconds: keep seconds, as the ring's.")
+        elif not math.isclose(root_s, max(times.values()), rel_tol=1e-6):
+            mistakes.append("root_s is not the slowest rank's time: an all-reduce ends when its "
+                            "last rank has the sum, so take the max over the ranks.")
+    _verdict("Exercise 4", mistakes, ["all-to-root on 4 ranks, timed by its slowest rank"])
+
+
+def spawn_pickling(lambda_error, child_error) -> None:
+    """Lesson 04, exercise 3: what ``mp.spawn`` must do with the function it is given."""
+    import pickle
+
+    mistakes = _unanswered(lambda_error=lambda_error, child_error=child_error)
+    if not mistakes:
+        if lambda_error is None:
+            mistakes.append("lambda_error is None: pickle.dumps of a lambda fails; keep the "
+                            "exception it raises.")
+        elif not isinstance(lambda_error, (pickle.PicklingError, AttributeError)):
+            mistakes.append(f"lambda_error is a {type(lambda_error).__name__}: keep the "
+                            "exception that pickle.dumps(lambda ...) raises.")
+        if "Can't get attribute 'worker'" not in str(child_error):
+            mistakes.append("child_error does not say \"Can't get attribute 'worker'\": a "
+                            "function defined in the notebook pickles by name, __main__.worker, "
+                            "and fails where a fresh interpreter unpickles it; keep what that "
+                            "child printed.")
+    _verdict("Exercise 3", mistakes, ["a lambda does not pickle: mp.spawn fails before any "
+                                      "worker starts",
+                                      "a notebook's function fails in each child"])
+
+
+def no_update(no_update_error, no_update_step) -> None:
+    """Lesson 07, exercise 2: two steps of a GradScaler without ``update()``."""
+    mistakes = _unanswered(no_update_error=no_update_error, no_update_step=no_update_step)
+    if not mistakes:
+        if no_update_error is None:
+            mistakes.append("no_update_error is None: leave out scaler.update() alone, and run "
+                            "two steps.")
+        elif not isinstance(no_update_error, RuntimeError) or "update()" not in str(
+                no_update_error):
+            mistakes.append(f"no_update_error is {no_update_error!r}: keep the RuntimeError "
+                            "that scaler.step raises.")
+        if no_update_step == 0:
+            mistakes.append("no_update_step is 0: the first step goes through; the second "
+                            "finds the state of the first, which only update() resets.")
+        elif no_update_step != 1:
+            mistakes.append(f"no_update_step is {no_update_step!r}: the step (counted from 0) "
+                            "at which scaler.step raised.")
+    _verdict("Exercise 2", mistakes, ["the second scaler.step raises: update() resets the "
+                                      "scaler's per-step state"])
+
+
+def scaler_resume(resumed_scale, restarted_scale, fp32_error, saved: dict) -> None:
+    """Lesson 07, exercise 4: a GradScaler resumed with and without its saved state, and from
+    an fp32 run's."""
+    mistakes = _unanswered(resumed_scale=resumed_scale, restarted_scale=restarted_scale,
+                           fp32_error=fp32_error)
+    if not mistakes:
+        if resumed_scale != saved["scale"]:
+            mistakes.append(f"resumed_scale is {resumed_scale!r}: load_state_dict gives the "
+                            f"scaler the saved scale, {saved['scale']:g}.")
+        if restarted_scale != 2.0**16:
+            mistakes.append(f"restarted_scale is {restarted_scale!r}: a GradScaler made afresh "
+                            "starts at 2**16, 65536.")
+        if not isinstance(fp32_error, RuntimeError) or "empty" not in str(fp32_error):
+            mistakes.append("fp32_error is not the RuntimeError of an enabled scaler loading "
+                            "the empty state a disabled one saved.")
+    _verdict("Exercise 4", mistakes, [f"resumed: S = {saved['scale']:g}; afresh: 65536",
+                                      "an fp32 run's scaler state is empty, and refused"])
+
+
+def strong_scaling(strong_run, max_n: int, resnet_batch: int) -> None:
+    """Lesson 08, exercise 1: the N = 1 run's global batch split over ``max_n`` processes."""
+    mistakes = _unanswered(strong_run=strong_run) or _launched("strong_run", strong_run,
+                                                               "train_scaling.py")
+    if not mistakes:
+        per_process = max(1, resnet_batch // max_n)
+        batch = _option(strong_run, "--batch-size")
+        if len(strong_run.ranks()) != max_n:
+            mistakes.append(f"strong_run ran {len(strong_run.ranks())} processes: the largest "
+                            f"N, {max_n}.")
+        if batch == str(resnet_batch) and max_n > 1:
+            mistakes.append(f"strong_run takes {resnet_batch} images per process, as the weak-"
+                            f"scaling runs did: strong scaling splits them, {per_process} each.")
+        elif batch != str(per_process):
+            mistakes.append(f"strong_run takes --batch-size {batch}: resnet_batch // max_n = "
+                            f"{per_process} per process.")
+        if _option(strong_run, "--profile") is None:
+            mistakes.append("strong_run has no --profile: launch it with trace=True, so that "
+                            "its step is broken down like the others.")
+    _verdict("Exercise 1", mistakes, ["the same global batch, split over the largest N"])
+
+
+def compressed_run(bf16_run, max_n: int) -> None:
+    """Lesson 08, exercise 2: ResNet-18 at ``max_n`` with ``--comm-hook bf16``, traced."""
+    mistakes = _unanswered(bf16_run=bf16_run) or _launched("bf16_run", bf16_run,
+                                                           "train_scaling.py")
+    if not mistakes:
+        hook = _option(bf16_run, "--comm-hook")
+        if hook is None:
+            mistakes.append("bf16_run has no --comm-hook: DDP's own all-reduce sends fp32; add "
+                            "--comm-hook bf16.")
+        elif hook != "bf16":
+            mistakes.append(f"bf16_run compresses with {hook}: the exercise asks for bf16, "
+                            "which keeps fp32's range.")
+        if len(bf16_run.ranks()) != max_n:
+            mistakes.append(f"bf16_run ran {len(bf16_run.ranks())} processes: compare at "
+                            f"max_n = {max_n}, as the default run.")
+        if _option(bf16_run, "--profile") is None:
+            mistakes.append("bf16_run has no --profile: launch it with trace=True, or there is "
+                            "no timeline to draw.")
+    _verdict("Exercise 2", mistakes, [f"bf16 gradients on the wire, {max_n} processes, traced"])
+
+
+def hot_runs(hot) -> None:
+    """Lesson 08, exercise 3: η = 0.2 scaled to 0.4, with and without warm-up."""
+    mistakes = _unanswered(hot=hot)
+    if not mistakes and (not isinstance(hot, dict) or len(hot) != 2 or not all(
+            isinstance(run, LaunchResult) for run in hot.values())):
+        mistakes.append("hot must hold the two launches, without and with warm-up.")
+    if not mistakes:
+        runs = list(hot.values())
+        rates = [_option(run, "--lr") for run in runs]
+        if any(rate is None or float(rate) != 0.2 for rate in rates):
+            mistakes.append(f"the runs take --lr {', '.join(map(str, rates))}: η = 0.2, scaled "
+                            "by the 2 processes to 0.4.")
+        if not all("--scale-lr" in map(str, run.command) for run in runs):
+            mistakes.append("a run has no --scale-lr: the peak rate must be 0.4 in both.")
+        if sum(_option(run, "--warmup-epochs") is not None for run in runs) != 1:
+            mistakes.append("one run warms up (--warmup-epochs), the other does not: compare "
+                            "the two.")
+    _verdict("Exercise 3", mistakes, ["peak rate 0.4, one run with warm-up, one without"])
+
+
+def flight_recorder(recorded, found) -> None:
+    """Lesson 09, exercise 3: the Flight Recorder's dumps of an NCCL hang, where two GPUs are."""
+    if torch.cuda.device_count() < 2:
+        _verdict("Exercise 3", [], [f"{torch.cuda.device_count()} GPU(s) here: the Flight "
+                                    "Recorder is NCCL's, and this exercise needs two GPUs"])
+        return
+    mistakes = _unanswered(recorded=recorded, found=found)
+    if not mistakes and not isinstance(recorded, LaunchResult):
+        mistakes.append("recorded must be what ddp_lib.launch returned for section 7's hang.")
+    if not mistakes:
+        if recorded.ok:
+            mistakes.append("recorded succeeded: run case 1's hang with --backend nccl and a "
+                            "short --pg-timeout, so that the watchdog fires.")
+        if len(found or []) < 2:
+            mistakes.append(f"found has {len(found or [])} dump(s): set "
+                            "TORCH_NCCL_DUMP_ON_TIMEOUT=1 and TORCH_NCCL_DEBUG_INFO_TEMP_FILE to a "
+                            "prefix in the run's folder; each rank writes one file.")
+    _verdict("Exercise 3", mistakes, ["each rank dumped its last collectives"])
+
+
+def old_rule(old_numbers, refusal) -> None:
+    """Lesson 10, exercise 3: ``mpiexec -pmi-port`` in a Slurm job, under the old rule and the
+    lesson's."""
+    mistakes = _unanswered(old_numbers=old_numbers, refusal=refusal)
+    if not mistakes:
+        if list(old_numbers) == [3, 4, 1, 2]:
+            mistakes.append("old_numbers are MPICH's: under -pmi-port PMI_RANK and PMI_SIZE are "
+                            "not set, so the old rule passed over MPICH's entry to Slurm's.")
+        elif list(old_numbers) != [1, 2, 0, 1]:
+            mistakes.append(f"old_numbers is {old_numbers!r}: Slurm's four, those of the "
+                            "helper Hydra started on the node.")
+        if "-pmi-port" not in str(refusal):
+            mistakes.append("refusal is not the lesson's error: it names mpiexec -pmi-port, "
+                            "the launch it stops.")
+    _verdict("Exercise 3", mistakes, ["the old rule: rank 1 of 2 on every rank of the node",
+                                      "the lesson's function stops, naming -pmi-port"])
+
+
+def zero_ladder(least_n, copy_bytes: float, budget: float = 40 * 2**20) -> None:
+    """Lesson 11, exercise 3: from how many processes each stage of the ZeRO ladder stores
+    under 40 MiB per rank between steps (``None``: never)."""
+    mistakes = _unanswered(least_n=least_n)
+    c = copy_bytes
+    stored = {"ddp": lambda n: 4 * c, "zero1": lambda n: 2 * c + 2 * c / n,
+              "zero2": lambda n: 4 * c / n, "zero3": lambda n: 4 * c / n}
+    right = {stage: next((n for n in range(1, 1025) if size(n) <= budget), None)
+             for stage, size in stored.items()}
+    if not mistakes and (not isinstance(least_n, dict) or set(least_n) != set(right)):
+        mistakes.append(f"least_n must have one entry per stage: {', '.join(right)}.")
+    if not mistakes:
+        for stage in ("ddp", "zero1"):
+            if least_n[stage] is not None:
+                kept = "4C on every rank" if stage == "ddp" else "weights and gradients whole, 2C"
+                mistakes.append(f"least_n[{stage!r}] is {least_n[stage]!r}: {stage} keeps "
+                                f"{kept}, {stored[stage](10**9) / 2**20:.0f} MiB or more "
+                                "whatever N; None.")
+        for stage in ("zero2", "zero3"):
+            if least_n[stage] == right[stage] - 1:
+                n = least_n[stage]
+                mistakes.append(f"least_n[{stage!r}] is {n}: 4C/{n} = "
+                                f"{stored[stage](n) / 2**20:.1f} MiB, over 40.")
+            elif least_n[stage] != right[stage]:
+                mistakes.append(f"least_n[{stage!r}] is {least_n[stage]!r}: weights, gradients "
+                                "and AdamW's two moments, all cut in N.")
+    _verdict("Exercise 3", mistakes, [f"{stage}: {n or 'never'}" for stage, n in right.items()])
+
+
 def _changes(original: Path, copy: Path, exercise: str) -> list[tuple[list[str], list[str]]]:
     """Each change from a lesson's script to a learner's copy of it, as the lines it takes out
     and the lines it puts in, stripped; an ``ExerciseNotDone`` if there is no copy yet."""
