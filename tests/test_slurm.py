@@ -515,3 +515,50 @@ def test_a_job_given_notice_checkpoints_requeues_and_ends_as_if_uninterrupted(
             assert epochs == list(range(12)), epochs  # every epoch once, across the two runs
     assert fingerprints["interrupted"] == fingerprints["uninterrupted"], fingerprints
     assert len(set(fingerprints["uninterrupted"].values())) == 1
+
+
+# The hpc track's capstone (docs/instructors.md, "Capstones"): the take-home kit's own job file,
+# submitted from the kit's folder with sbatch, after the changes the instructor's checklist names
+# for a partition without GPUs and an offline machine; its log then passes the checklist.
+CPU_PARTITION = [  # (what the kit's file says, what the checklist has the instructor write)
+    (re.compile(r"^#SBATCH --gpus-per-node=.*\n", re.M), ""),
+    (re.compile(r"--cpus-per-task=32"), f"--cpus-per-task={NODE_CPUS}"),
+    (re.compile(r"^export DDP_BACKEND=nccl$", re.M), "export DDP_BACKEND=gloo"),
+    (re.compile(r"^export DDP_WORKSHOP_DATASET=cifar10$", re.M),
+     "export DDP_WORKSHOP_DATASET=synthetic"),
+    (re.compile(r"--nproc-per-node=gpu"), "--nproc-per-node=1"),
+    (re.compile(r"(train_ddp\.py --epochs 5 .*)$", re.M),
+     r"\1 --train-samples 1024 --test-samples 256"),
+]
+
+
+@pytest.mark.sweep
+def test_the_take_home_kits_job_passes_the_capstone_checklist(slurm: dict[str, str],
+                                                             tmp_path: Path, capsys):
+    from workshop import capstone, take_home
+
+    kit = take_home.build(tmp_path / "take-home")
+    batch = kit / "train_ddp.sbatch"
+    text = batch.read_text()
+    for kit_says, instructor_writes in CPU_PARTITION:
+        text, changed = kit_says.subn(instructor_writes, text)
+        assert changed == 1, f"the kit's job file no longer has {kit_says.pattern}"
+    batch.write_text(text)
+    env = {**activated(slurm), "OMP_NUM_THREADS": "1"}
+    for variable in ("PYTHONPATH", "MASTER_ADDR", "MASTER_PORT", "DDP_WORKSHOP_DATA_DIR"):
+        env.pop(variable, None)
+    # On the login node, before submitting, as the job file's header says.
+    subprocess.run(["python", "-c", "import course_helpers as c; c.prepare_cifar10()"],
+                   cwd=kit, env={**env, "DDP_WORKSHOP_DATASET": "synthetic"}, check=True,
+                   timeout=300)
+    try:
+        done = subprocess.run(["sbatch", "--wait", batch.name], cwd=kit, env=env,
+                              capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    finally:
+        subprocess.run(["scancel", "--name=ddp-workshop"], env=env, capture_output=True,
+                       timeout=30)
+    job_id = re.search(r"Submitted batch job (\d+)", done.stdout)
+    assert job_id, done.stdout + done.stderr
+    log = kit / f"ddp-workshop-{job_id[1]}.out"
+    assert capstone.joblog(log, epochs=5) == 0, capsys.readouterr().out + log.read_text()
+    assert done.returncode == 0

@@ -164,6 +164,7 @@ class Track:
     adds: tuple[str, ...]  # optional and demo sections taught, "lesson.section"
     optional_exercises: bool
     about: str
+    capstone: str  # done in the last wrap-up (docs/instructors.md, "Capstones")
 
 
 def section_key(lesson: str, section: sections.Section) -> str | None:
@@ -179,18 +180,25 @@ TRACKS = (
           ("08.1", "08.2", "08.3"), False,
           "For people who train models on a laptop or on cloud GPUs: through DDP, mixed "
           "precision, scaling (lesson 08's script and its throughput for 1 … N processes) and "
-          "FSDP2. Multi-node launch, the launchers and hangs are the HPC day's."),
+          "FSDP2. Multi-node launch, the launchers and hangs are the HPC day's.",
+          "lesson 05's script on the room's GPUs, 1 and N processes, its speed-up recorded "
+          "(`python -m workshop.capstone speedup`)"),
     Track("hpc", "HPC centre, one day", 1, "HPC",
           ("00", "01", "04", "05", "06", "10", "09"), (), False,
           "For people who run jobs on a cluster: through multi-node launch, lesson 10's "
           "launchers and binding right after 06, then 09's hangs. DataParallel (02) and the "
           "ring all-reduce (03), which MPI users know, are homework; so are mixed precision, "
-          "scaling and FSDP2, the machine-learning day's."),
+          "scaling and FSDP2, the machine-learning day's.",
+          "the take-home kit's job submitted with `sbatch` or `qsub` on the host cluster, its "
+          "log checked (`python -m workshop.capstone joblog FILE`)"),
     Track("two-day", "Two days", 2, None, ALL,
           ("05.5", "05.6", "06.5", "06.7", "07.4", "07.7", "08.1", "08.2", "08.3", "09.4",
            "10.5", "11.3", "11.5"), False,
           "Both days' core sections, and the optional sections and demos named in "
-          "`workshop/schedule.py`, with their optional exercises; the rest is homework."),
+          "`workshop/schedule.py`; the optional sections of lessons 00 to 04 are homework, so "
+          "that the conversion comes before lunch on day 1.",
+          "the two tracks': the speed-up on the room's GPUs, and the take-home kit's job on the "
+          "host cluster"),
 )
 # Lesson 05's exercise 1, the learner's own DDP conversion: in every track, before lunch on day 1.
 DDP_IN_HAND = ("05", 1)
@@ -266,8 +274,9 @@ def clock(minutes: int) -> str:
     return f"{minutes // 60:02d}:{minutes % 60:02d}"
 
 
-def day_table(day: list[tuple[int, Slot]]) -> list[str]:
-    """A day's timetable, with the welcome, the breaks, lunch and the wrap-up."""
+def day_table(day: list[tuple[int, Slot]], capstone: str | None = None) -> list[str]:
+    """A day's timetable, with the welcome, the breaks, lunch and the wrap-up (with the capstone,
+    on the last day)."""
     rows = ["| time | lesson | section | tier | min |", "|---|---|---|---|---|",
             f"| {clock(DAY_START)} | | welcome, set-up check | | {WELCOME_MIN} |"]
     for i, (begin, end) in enumerate(BLOCKS):
@@ -282,7 +291,8 @@ def day_table(day: list[tuple[int, Slot]]) -> list[str]:
             pause_end = BLOCKS[i + 1][0]
             what = "lunch" if (pause_start, pause_end) == LUNCH else "break"
             rows.append(f"| {clock(pause_start)} | | {what} | | {pause_end - pause_start} |")
-    rows.append(f"| {clock(DAY_END - WRAP_UP_MIN)} | | wrap-up, questions | | {WRAP_UP_MIN} |")
+    wrap_up = f"capstone: {capstone}; questions" if capstone else "wrap-up, questions"
+    rows.append(f"| {clock(DAY_END - WRAP_UP_MIN)} | | {wrap_up} | | {WRAP_UP_MIN} |")
     rows.append(f"| {clock(DAY_END)} | | end | | |")
     return rows
 
@@ -352,7 +362,7 @@ def render(all_lessons: list[Lesson]) -> str:
         for number, day in enumerate(pack(track, all_lessons), 1):
             if track.days > 1:
                 out += [f"### Day {number}", ""]
-            out += day_table(day) + [""]
+            out += day_table(day, track.capstone if number == track.days else None) + [""]
         out += ["After the day:", "", *homework(track, all_lessons), ""]
     out += [
         "## Run time per lesson",
