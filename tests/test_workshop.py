@@ -111,6 +111,21 @@ def test_the_conversions_stub_marks_the_seven_steps_in_lesson_01s_script():
         exercises.faded("a = 1", [["nowhere", "before", "x"]])
 
 
+def test_a_stub_keeps_the_questions_code_block_line_for_line():
+    exercise = {"cell_type": "markdown", "source": (
+        "**2.** Rank 3 sees the environment below. Which numbers does it get?\n\n```python\n"
+        '{"PMI_RANK": "3", "PMI_SIZE": "4",\n "SLURM_PROCID": "1"}\n```\n\nWrite them in '
+        "`numbers`.\n\n<details>x</details>")}
+    solution = {"cell_type": "code", "metadata": {"tags": ["solution"],
+                                                  exercises.ANSWERS: ["numbers"]},
+                "outputs": [], "execution_count": 1,
+                "source": "# Solution to exercise 2\nnumbers = [3, 4]"}
+    assert exercises.source(exercises.stub(solution, exercise)).splitlines()[1:] == [
+        "#", "# Rank 3 sees the environment below. Which numbers does it get?",
+        '#     {"PMI_RANK": "3", "PMI_SIZE": "4",', '#      "SLURM_PROCID": "1"}',
+        "# Write them in `numbers`.", "numbers = ..."]
+
+
 def test_a_solution_becomes_a_stub_that_names_its_exercise():
     exercise = {"cell_type": "markdown",
                 "source": "**3.** Add two numbers.\n\n<details>x</details>"}

@@ -115,11 +115,11 @@ def stub(solution: dict, exercise: dict) -> dict:
     else:
         match = HEADER.match(source(solution))
         number = match[1] if match else "?"
-        asked = re.sub(r"\s+", " ", source(exercise).split("<details>")[0]).strip()
-        asked = re.sub(r"^\*\*\d+\.\*\*\s*|^\*\*\d+\.\s*", "", asked)
+        asked = re.sub(r"^\*\*\d+\.\*\*\s*|^\*\*\d+\.\s*", "",
+                       source(exercise).split("<details>")[0].strip())
         instruction = solution["metadata"].get(STUB_INSTRUCTION, DEFAULT_INSTRUCTION)
         lines = [f"# {line}" for line in _wrap(f"Exercise {number}: {instruction}", 96)]
-        lines += ["#"] + [f"# {line}" for line in _wrap(asked, 96)]
+        lines += ["#"] + [f"# {line}" for line in question(asked)]
         answers = solution["metadata"].get(ANSWERS, [])  # names the check under it reads
         lines += [f"{name} = ..." for name in answers] or ["pass"]
     cell = copy.deepcopy(solution)
@@ -131,6 +131,21 @@ def stub(solution: dict, exercise: dict) -> dict:
     cell["source"] = "\n".join(lines)
     cell["outputs"], cell["execution_count"] = [], None
     return cell
+
+
+FENCED = re.compile(r"```\w*\n(.*?)```", re.S)
+
+
+def question(text: str, width: int = 96) -> list[str]:
+    """An exercise's question as a stub's comment lines: its prose wrapped, a code block it
+    shows kept line for line, indented, so that it reads (and copies) as code."""
+    lines: list[str] = []
+    for number, part in enumerate(FENCED.split(text)):
+        if number % 2:  # a code block
+            lines += [f"    {line}".rstrip() for line in part.rstrip("\n").split("\n")]
+        else:
+            lines += _wrap(re.sub(r"\s+", " ", part).strip(), width)
+    return lines
 
 
 def faded(script: str, steps: list[list[str]]) -> str:
