@@ -379,8 +379,7 @@ def unnumber(heading: str) -> str:
 
 
 def edition_numbers(track: schedule.Track) -> dict[str, dict[str, str]]:
-    return {lesson: exercises.numbering(taught)
-            for lesson, taught in exercises.taught_by(track).items()}
+    return schedule.edition_numbers(track, schedule.lessons())
 
 
 def test_a_tracks_edition_numbers_its_sections_1_2_3(track_edition):
@@ -433,14 +432,14 @@ def test_no_kept_cell_of_a_tracks_edition_cites_its_appendix(track_edition):
 
 def original(track: schedule.Track, name: str, label: str) -> float:
     """The number in the lesson of the section that the track's edition numbers ``label``."""
-    table = exercises.numbering(exercises.taught_by(track)[name[:2]])
+    table = schedule.edition_numbers(track, schedule.lessons())[name[:2]]
     return float(next(number for number, new in table.items() if new == label))
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_every_objective_and_key_point_names_the_sections_that_show_it(path):
     notebook = nbformat.read(path, as_version=4)
-    numbers = {exercises.section_number(s) for s in sections.read(path)} - {None}
+    numbers = {s.number for s in sections.read(path)} - {None}
     lists = [notebook.cells[0].source] + [c.source for c in notebook.cells
                                           if c.source.startswith("## Key points")]
     for text in lists:

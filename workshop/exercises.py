@@ -232,20 +232,6 @@ def cell_parts(taught: Taught, count: int) -> list[tuple[str, int, dict]]:
     return found
 
 
-def section_number(section: sections.Section) -> str | None:
-    number = re.match(r"(\d+)\. ", section.title)
-    return number[1] if number else None
-
-
-def numbering(taught: Taught) -> dict[str, str]:
-    """The lesson's section numbers in the track's edition: the sections it keeps are numbered
-    1, 2, ... in order; one in the appendix is "A" and its number in the lesson (A3)."""
-    kept = [section_number(s) for s in taught.parts if s.cell in taught.section_cells]
-    new = {number: str(i) for i, number in enumerate(filter(None, kept), 1)}
-    return {number: new.get(number, f"A{number}")
-            for s in taught.parts if (number := section_number(s))}
-
-
 # "section 3", "sections 2 and 5", "lesson 05's section 4", "lesson 08, sections 2 and 8"
 REFERENCE = re.compile(r"(?P<lesson>[Ll]esson (?P<number>\d\d)(?:'s|,)? )?(?P<word>[Ss]ections? )"
                        r"(?P<list>A?\d+(?:(?:, | and | or |, and )A?\d+)*)\b")
@@ -298,10 +284,11 @@ def follow(notebook: dict, taught: Taught, numbers: dict[str, dict[str, str]]) -
     """The notebook with what the track does not teach moved to an appendix at its end.
 
     Instructor notes stay where they are (folded). The kept sections are numbered 1, 2, ... and
-    every reference to a section says its number in the edition (``numbering``). The objectives'
-    and the key points' bullets that a left-out section shows move to the appendix too. In the
-    appendix a section's heading becomes a ``###`` heading, A and its number, that names its tier
-    and minutes, and every code cell becomes a raw cell.
+    every reference to a section says its number in the edition (``numbers``, from
+    ``schedule.edition_numbers``). The objectives' and the key points' bullets that a left-out
+    section shows move to the appendix too. In the appendix a section's heading becomes a ``###``
+    heading, A and its number, that names its tier and minutes, and every code cell becomes a raw
+    cell.
     """
     lesson = taught.parts[0].lesson if taught.parts else ""
     own = numbers.get(lesson, {})
@@ -369,7 +356,7 @@ def build(dest: Path, notebooks: Path = ROOT / "notebooks",
     out = dest / "notebooks"
     out.mkdir(parents=True, exist_ok=True)
     plan = taught_by(track, notebooks) if track else {}
-    numbers = {lesson: numbering(taught) for lesson, taught in plan.items()}
+    numbers = schedule.edition_numbers(track, schedule.lessons(notebooks)) if track else {}
     written = []
     for path in sorted(notebooks.glob("[0-9][0-9]_*.ipynb")):
         target = out / path.name

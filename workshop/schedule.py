@@ -169,8 +169,7 @@ class Track:
 
 def section_key(lesson: str, section: sections.Section) -> str | None:
     """"05.3" for lesson 05's "3. The main run"; None for an unnumbered one (Key points...)."""
-    number = re.match(r"(\d+)\. ", section.title)
-    return f"{lesson}.{number[1]}" if number else None
+    return f"{lesson}.{section.number}" if section.number else None
 
 
 ALL = tuple(f"{n:02d}" for n in range(12))
@@ -239,6 +238,20 @@ def slots(track: Track, all_lessons: list[Lesson]) -> list[Slot]:
     return chosen
 
 
+def edition_numbers(track: Track, all_lessons: list[Lesson]) -> dict[str, dict[str, str]]:
+    """Lesson -> its sections' numbers in the track's edition: the sections the track teaches
+    are numbered 1, 2, ... in the lesson's order; one it does not teach is "A" and its number in
+    the lesson (A3), as the edition's appendix names it."""
+    taught = {(slot.lesson.number, slot.section.cell) for slot in slots(track, all_lessons)}
+    found = {}
+    for lesson in all_lessons:
+        kept = [s.number for s in lesson.sections if s.number and (lesson.number, s.cell) in taught]
+        new = {number: str(i) for i, number in enumerate(kept, 1)}
+        found[lesson.number] = {s.number: new.get(s.number, f"A{s.number}")
+                                for s in lesson.sections if s.number}
+    return found
+
+
 class DoesNotFit(ValueError):
     """The track's sections do not fit its days."""
 
@@ -274,9 +287,10 @@ def clock(minutes: int) -> str:
     return f"{minutes // 60:02d}:{minutes % 60:02d}"
 
 
-def day_table(day: list[tuple[int, Slot]], capstone: str | None = None) -> list[str]:
+def day_table(day: list[tuple[int, Slot]], numbers: dict[str, dict[str, str]],
+              capstone: str | None = None) -> list[str]:
     """A day's timetable, with the welcome, the breaks, lunch and the wrap-up (with the capstone,
-    on the last day)."""
+    on the last day); each section under its number in the track's edition."""
     rows = ["| time | lesson | section | tier | min |", "|---|---|---|---|---|",
             f"| {clock(DAY_START)} | | welcome, set-up check | | {WELCOME_MIN} |"]
     for i, (begin, end) in enumerate(BLOCKS):
@@ -284,7 +298,11 @@ def day_table(day: list[tuple[int, Slot]], capstone: str | None = None) -> list[
             if begin <= start < end:
                 done = "".join(f"; exercise {e.number} ({e.minutes} min)"
                                for e in slot.exercises)
-                rows.append(f"| {clock(start)} | {slot.lesson.number} | {slot.section.title}"
+                title = slot.section.title
+                if slot.section.number:
+                    title = (f"{numbers[slot.lesson.number][slot.section.number]}. "
+                             + title.split(". ", 1)[1])
+                rows.append(f"| {clock(start)} | {slot.lesson.number} | {title}"
                             f"{done} | {slot.section.tier} | {slot.minutes} |")
         if i < len(BLOCKS) - 1:
             pause_start = end
@@ -313,7 +331,9 @@ def homework(track: Track, all_lessons: list[Lesson]) -> list[str]:
         for section in lesson.sections:
             if section.tier != "instructor" and section.title != "Exercises" and \
                     (lesson.number, section.cell) not in taught:
-                lines.append(f"- {lesson.number} {section.title} ({section.tier}, "
+                title = (f"A{section.number}. {section.title.split('. ', 1)[1]}"
+                         if section.number else section.title)  # as the edition's appendix
+                lines.append(f"- {lesson.number} {title} ({section.tier}, "
                              f"{section.room_minutes} min)")
             for e in section.exercises:
                 if (lesson.number, e.number) not in done:
@@ -362,7 +382,8 @@ def render(all_lessons: list[Lesson]) -> str:
         for number, day in enumerate(pack(track, all_lessons), 1):
             if track.days > 1:
                 out += [f"### Day {number}", ""]
-            out += day_table(day, track.capstone if number == track.days else None) + [""]
+            out += day_table(day, edition_numbers(track, all_lessons),
+                             track.capstone if number == track.days else None) + [""]
         out += ["After the day:", "", *homework(track, all_lessons), ""]
     out += [
         "## Run time per lesson",

@@ -119,6 +119,12 @@ class Section(Part):
     def audiences(self) -> list[str]:
         return self.meta.get("audiences", [])
 
+    @property
+    def number(self) -> str | None:
+        """"3" for "3. The main run"; None for an unnumbered section (Key points...)."""
+        found = re.match(r"(\d+)\. ", self.title)
+        return found[1] if found else None
+
     def __str__(self) -> str:
         return f"{self.lesson} cell {self.cell} '{self.title}'"
 
