@@ -150,6 +150,8 @@ def test_the_check_names_each_mistake(name, right, tmp_path, monkeypatch):
         assert len(raised.value.mistakes) == 1, message
     # The sentence that names the mistake comes first, before any rank's traceback.
     assert said[0] in raised.value.mistakes[0], message
+    if raised.value.mistakes[-1].startswith("What followed"):  # the crash it caused, in a line
+        assert "\n" not in raised.value.mistakes[-1] and "check_site" not in message, message
 
 
 @pytest.mark.sweep
@@ -166,8 +168,19 @@ def test_the_right_conversion_passes(right, tmp_path, monkeypatch, capsys):
 
 
 def test_lesson_01s_script_untouched_is_told_where_to_start(tmp_path):
-    single = scripts.from_notebook("01_single_device.ipynb", "train_single.py",
-                                   directory=tmp_path, quiet=True)
+    """The stub as the learners' edition writes it: lesson 01's script with the steps as TODO
+    comments, one of which names init_process_group; a comment is not a call."""
+    import nbformat
+
+    from workshop import exercises
+
+    notebook = nbformat.read(scripts.COURSE / "05_ddp.ipynb", as_version=4)
+    [index] = [i for i, c in enumerate(notebook.cells) if exercises.is_solution(c)
+               and c.source.startswith("%%write_script my_train_ddp.py")]
+    stub = exercises.stub(notebook.cells[index], notebook.cells[index - 1])["source"]
+    assert "# TODO 1:" in stub and "init_process_group" in stub
+    single = tmp_path / "my_train_ddp.py"
+    single.write_text(stub.partition("\n")[2])
     check_says(checks.ddp_conversion, single, said="never calls dist.init_process_group")
     assert not (tmp_path / "runs").exists(), "nothing to launch yet"
 
@@ -308,8 +321,11 @@ def test_lesson_00s_check_names_each_mistake_of_real_launches(lesson_00, tmp_pat
     three = launched(lesson_00 / "hello_allreduce.py", 3, tmp_path)
     checks.three_processes(three, 6)
     check_says(checks.three_processes, three, 3, said="ranks count from 0")
-    check_says(checks.three_processes, launched(lesson_00 / "hello_allreduce.py", 2, tmp_path), 6,
-               said="three ran 2 processes")
+    two = launched(lesson_00 / "hello_allreduce.py", 2, tmp_path)
+    check_says(checks.three_processes, two, 6, said="three ran 2 processes")
+    with pytest.raises(checks.ExerciseNotDone) as raised:  # 6 is right for 3: not blamed
+        checks.three_processes(two, 6)
+    assert len(raised.value.mistakes) == 1, raised.value
     check_says(checks.three_processes, launched(lesson_00 / "threads_demo.py", 3, tmp_path), 6,
                said="launch scripts/hello_allreduce.py")
     check_says(checks.three_processes, three.output(), 6, said="keep what ddp_lib.launch(...)")
