@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import wait_until_gone
 
+import ddp_lib
 from workshop import capstone
 
 GOOD_LOG = """\
@@ -71,10 +73,21 @@ def test_the_speedup_runs_lesson_05s_script_on_1_and_2_processes(tmp_path, monke
         value > 0 for value in found["images_per_s"].values())
     assert found["speedup"] == pytest.approx(found["images_per_s"]["2"]
                                              / found["images_per_s"]["1"])
-    # The commands are printed as run: plain torchrun on the take-home folder's script, the
-    # same batch per process, N times the samples.
+    # The torchrun commands, printed as run, on the take-home folder's script: the same batch
+    # per process, N times the samples.
     one, two = found["commands"]
-    assert "--nproc-per-node=1 train_ddp.py" in one and "--train-samples 256" in one
-    assert "--nproc-per-node=2 train_ddp.py" in two and "--train-samples 512" in two
-    assert f"$ {one}" in said and f"$ {two}" in said
+    assert "--nproc-per-node=1" in one and "take-home/train_ddp.py" in one \
+        and "--train-samples 256" in one
+    assert "--nproc-per-node=2" in two and "--train-samples 512" in two
+    assert "--nproc-per-node=1" in said and "--nproc-per-node=2" in said  # printed as run
     assert not list(tmp_path.glob("*.partial"))
+
+
+def test_a_run_cut_short_is_stopped_whole(tmp_path, monkeypatch):
+    from workshop import take_home
+
+    monkeypatch.setattr(capstone, "OUT", tmp_path)
+    folder = take_home.build(tmp_path / "take-home")
+    with pytest.raises(ddp_lib.LaunchTimeout):
+        capstone.one_run(folder, 2, ["--epochs", "50"], timeout=8)
+    assert not wait_until_gone(str(folder), within=10), "torchrun and its ranks are gone"

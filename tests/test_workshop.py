@@ -181,20 +181,27 @@ def test_every_section_and_exercise_has_its_tier_and_enough_minutes():
     assert sections.problems(sections.all_sections()) == []
 
 
-def test_a_section_stating_less_than_its_words_code_and_runs_need_is_named(tmp_path):
+def long_lesson(folder: Path, minutes: int, code: list[str], exercises_heading: bool) -> Path:
+    """A lesson of one section, "1. Long" (402 words, then ``code`` cells, stating
+    ``minutes``), and one exercise whose solution is 12 lines."""
+    heading = [nbformat.v4.new_markdown_cell("## Exercises", metadata={
+        "ddp_workshop": {"tier": "core", "audiences": ["ML"], "minutes": 1}})]
     notebook = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_markdown_cell("# 99 · A lesson"),
         nbformat.v4.new_markdown_cell("## 1. Long\n\n" + "word " * 400, metadata={
-            "ddp_workshop": {"tier": "core", "audiences": ["ML"], "minutes": 2}}),
-        nbformat.v4.new_code_cell("x = 1\n" * 60),
-        nbformat.v4.new_markdown_cell("## Exercises", metadata={
-            "ddp_workshop": {"tier": "core", "audiences": ["ML"], "minutes": 1}}),
+            "ddp_workshop": {"tier": "core", "audiences": ["ML"], "minutes": minutes}}),
+        *map(nbformat.v4.new_code_cell, code), *(heading if exercises_heading else []),
         nbformat.v4.new_markdown_cell("**1.** Write it.", metadata={
             "ddp_workshop": {"tier": "core", "minutes": 1}}),
         nbformat.v4.new_code_cell("# Solution to exercise 1\n" + "y = 2\n" * 12),
     ])
-    nbformat.write(notebook, tmp_path / "99_lesson.ipynb")
-    found = {"99": sections.read(tmp_path / "99_lesson.ipynb", {"99": {0: 90.0}})}
+    nbformat.write(notebook, folder / "99_lesson.ipynb")
+    return folder / "99_lesson.ipynb"
+
+
+def test_a_section_stating_less_than_its_words_code_and_runs_need_is_named(tmp_path):
+    lesson = long_lesson(tmp_path, 2, ["x = 1\n" * 60], exercises_heading=True)
+    found = {"99": sections.read(lesson, {"99": {0: 90.0}})}
     said = sections.problems(found)
     # 402 words at 130 a minute, 60 lines at 30 a minute, 90 s of runs: 3.1 + 2 + 1.5 -> 7
     assert said == [
@@ -204,18 +211,8 @@ def test_a_section_stating_less_than_its_words_code_and_runs_need_is_named(tmp_p
 
 
 def test_the_learners_time_is_reading_typing_running_and_a_multiple_for_exercises(tmp_path):
-    notebook = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_markdown_cell("# 99 · Test"),
-        nbformat.v4.new_markdown_cell("## 1. Long\n\n" + "word " * 400, metadata={
-            "ddp_workshop": {"tier": "core", "audiences": ["ML"], "minutes": 5}}),
-        nbformat.v4.new_code_cell("x = 1\n" * 30),
-        nbformat.v4.new_code_cell("x = 2\n" * 30),
-        nbformat.v4.new_markdown_cell("**1.** Write it.", metadata={
-            "ddp_workshop": {"tier": "core", "minutes": 1}}),
-        nbformat.v4.new_code_cell("# Solution to exercise 1\n" + "y = 2\n" * 12),
-    ])
-    nbformat.write(notebook, tmp_path / "99_lesson.ipynb")
-    [section] = sections.read(tmp_path / "99_lesson.ipynb", {"99": {0: 60.0, 1: 30.0}})
+    lesson = long_lesson(tmp_path, 5, ["x = 1\n" * 30, "x = 2\n" * 30], exercises_heading=False)
+    [section] = sections.read(lesson, {"99": {0: 60.0, 1: 30.0}})
     # 402 words at 100 a minute, 60 lines at 12, 2 cells at 30 s, 90 s of runs x 1.5:
     # 4.02 + 5 + 1 + 2.25 = 12.27 -> 13 minutes, above the 5 stated
     assert section.learners_time() == pytest.approx(12.27)

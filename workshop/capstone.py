@@ -3,11 +3,11 @@
 ``hpc`` track).
 
 ``python -m workshop.capstone speedup`` writes the take-home folder (``make take-home``), runs
-its ``train_ddp.py`` with plain ``torchrun`` on 1 process and then on N (every GPU it sees; 2 on
-a machine without one), with the same batch per process, prints each command before it runs it,
-and writes what it measured to ``build/capstone/speedup.json``: the commands, the device, the
-torch, images per second from rank 0's epoch lines (the epochs after the first, which also
-warms up), the speed-up and the efficiency.
+its ``train_ddp.py`` as the course launches a script, with the ``torchrun`` command it prints,
+on 1 process and then on N (every GPU it sees; 2 on a machine without one), with the same batch
+per process, and writes what it measured to ``build/capstone/speedup.json``: the commands, the
+device, the torch, rank 0's images per second (the median of the epochs after the first, which
+also warms up), the speed-up and the efficiency.
 
 ``python -m workshop.capstone joblog FILE [--epochs N]`` reads the log of the kit's job (its
 Slurm ``train_ddp.sbatch`` or PBS ``train_anywhere.pbs``) and says, one line each, whether the
@@ -24,7 +24,6 @@ import os
 import re
 import shlex
 import statistics
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,12 +32,6 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "build" / "capstone"
 EPOCH_LINE = re.compile(r"^epoch (\d+): loss \S+, test accuracy ([\d.]+), [\d.]+ s, "
                         r"(\d+) images/s$", re.M)
-
-
-def torchrun() -> str:
-    """The environment's ``torchrun``: beside its Python, else the first on ``PATH``."""
-    beside = Path(sys.executable).with_name("torchrun")
-    return str(beside) if beside.exists() else "torchrun"
 
 
 def device_name() -> tuple[str, int]:
@@ -50,30 +43,22 @@ def device_name() -> tuple[str, int]:
     return f"CPU ({os.cpu_count()} cores)", 2
 
 
-def images_per_s(output: str) -> list[float]:
-    """Rank 0's images/s of each epoch, from its ``epoch k: ...`` lines."""
-    return [float(match[3]) for match in EPOCH_LINE.finditer(output)]
+def one_run(folder: Path, nproc: int, args: list[str],
+            timeout: float = 3600) -> tuple[str, float]:
+    """Run the take-home ``train_ddp.py`` on ``nproc`` processes as the course launches a script
+    (``ddp_lib.launch``: the torchrun command it prints, a failing rank named, every process
+    stopped on a timeout or an interrupt); its command and rank 0's images/s. The data is the
+    course's own folder's, which the lessons prepared (rewriting the take-home folder leaves it
+    alone)."""
+    import ddp_lib
 
-
-def one_run(folder: Path, nproc: int, args: list[str]) -> tuple[str, float]:
-    """Run ``train_ddp.py`` on ``nproc`` processes; its command and its images/s. The data is
-    the course's own folder's, which the lessons prepared (rewriting the take-home folder
-    leaves it alone)."""
-    data = {"DDP_WORKSHOP_DATA_DIR": str(ROOT / "data")}
-    command = [torchrun(), "--standalone", f"--nproc-per-node={nproc}", "train_ddp.py", *args,
-               "--checkpoint", f"checkpoints/capstone-{nproc}.pt"]
-    shown = shlex.join([f"{name}={value}" for name, value in data.items()] + command)
-    print("$", shown, flush=True)
-    done = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=3600,
-                          env={**os.environ, **data})
-    if done.returncode != 0:
-        raise SystemExit(f"the run on {nproc} process(es) failed (exit code {done.returncode}):"
-                         f"\n{done.stderr[-3000:]}")
-    epochs = images_per_s(done.stdout)
-    if not epochs:
-        raise SystemExit(f"rank 0 printed no epoch line:\n{done.stdout[-2000:]}")
-    print("\n".join(line for line in done.stdout.splitlines() if line.startswith("epoch")))
-    return shown, statistics.median(epochs[1:] or epochs)
+    result = ddp_lib.launch(folder / "train_ddp.py", nproc_per_node=nproc, timeout=timeout,
+                            args=[*args, "--checkpoint",
+                                  OUT / "checkpoints" / f"capstone-{nproc}.pt"],
+                            env={"DDP_WORKSHOP_DATA_DIR": str(ROOT / "data")},
+                            run_dir=OUT / "runs" / f"nproc{nproc}")
+    epochs = [record["value"] for record in result.records("images_per_s", rank=0)]
+    return shlex.join(map(str, result.command)), statistics.median(epochs[1:] or epochs)
 
 
 def speedup(epochs: int, batch_size: int, train_samples: int, nproc: int | None) -> dict:
@@ -92,7 +77,8 @@ def speedup(epochs: int, batch_size: int, train_samples: int, nproc: int | None)
             "--train-samples", str(train_samples), "--test-samples", "1000"]
     one_command, one = one_run(folder, 1, args)
     # The same batch per process on N processes: N times the data each step, so N times the
-    # samples keep the number of steps per epoch.
+    # samples keep the number of steps per epoch (up to the data set's size: the script takes
+    # what there is; images/s is the whole set over the epoch's time either way).
     args[args.index("--train-samples") + 1] = str(nproc * train_samples)
     many_command, many = one_run(folder, nproc, args)
     found = {

@@ -738,11 +738,12 @@ def no_interface(failure, seconds) -> None:
         if not isinstance(seconds, (int, float)):
             mistakes.append(f"seconds is a {type(seconds).__name__}: time the launch, from the "
                             "call to the failure.")
-    if not mistakes and seconds > 60:
-        mistakes.append(f"seconds is {seconds:.0f}: a missing interface fails in "
-                        "init_process_group at once; a wait that long is a timeout, another "
-                        "failure.")
-    _verdict("Exercise 2", mistakes, ["every process failed at once, naming the interface"])
+    if mistakes:
+        _verdict("Exercise 2", mistakes, [])
+    # How long is not judged: the machine sets it. A launch that waited for its timeout raises
+    # LaunchTimeout, not RankFailed, and is named above.
+    _verdict("Exercise 2", mistakes, [f"every process failed in init_process_group, naming the "
+                                      f"interface, after {seconds:.1f} s"])
 
 
 def restarts(no_restart, epochs_reported) -> None:
@@ -1054,15 +1055,17 @@ def flight_recorder(recorded, found) -> None:
     mistakes = _unanswered(recorded=recorded, found=found)
     if not mistakes and not isinstance(recorded, LaunchResult):
         mistakes.append("recorded must be what ddp_lib.launch returned for section 7's hang.")
-    if not mistakes:
-        if recorded.ok:
-            mistakes.append("recorded succeeded: run case 1's hang with --backend nccl and a "
-                            "short --pg-timeout, so that the watchdog fires.")
-        if len(found or []) < 2:
-            mistakes.append(f"found has {len(found or [])} dump(s): set "
-                            "TORCH_NCCL_DUMP_ON_TIMEOUT=1 and TORCH_NCCL_DEBUG_INFO_TEMP_FILE to a "
-                            "prefix in the run's folder; each rank writes one file.")
-    _verdict("Exercise 3", mistakes, ["each rank dumped its last collectives"])
+    if not mistakes and recorded.ok:
+        mistakes.append("recorded succeeded: run case 1's hang with --backend nccl and a short "
+                        "--pg-timeout, so that the watchdog fires.")
+    if mistakes:
+        _verdict("Exercise 3", mistakes, [])
+    # The dumps are not judged: some releases abort the rank before they are written.
+    _verdict("Exercise 3", mistakes, [
+        "the watchdog stopped the hung NCCL collective",
+        f"{len(found or [])} dump file(s): each rank writes one, where its release writes them "
+        "before aborting (none: set TORCH_NCCL_DUMP_ON_TIMEOUT=1 and "
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE)"])
 
 
 def old_rule(old_numbers, refusal) -> None:
