@@ -55,6 +55,67 @@ def test_cell_magic_writes_the_cell(workdir):
         shell.run_cell_magic("write_script", "  ", "x = 1\n")
 
 
+PARENT = "import os\n\n\ndef main():\n    x = 1\n    y = 2\n    print(x + y)\n"
+CHILD = "import os\nimport sys\n\n\ndef main():\n    x = 1\n    y = 3\n    print(x + y)\n"
+
+
+def course(folder: Path, *cells: str) -> Path:
+    """A course of one lesson, ``00_lesson.ipynb``, whose code cells are ``cells``."""
+    folder.mkdir(exist_ok=True)
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]),
+                   folder / "00_lesson.ipynb")
+    return folder
+
+
+def test_a_change_is_what_diff_u_prints_and_applies_back():
+    change = scripts.change(PARENT, CHILD)
+    assert change.startswith("@@ -1,7 +1,8 @@\n import os\n+import sys\n")
+    assert "\n-    y = 2\n+    y = 3\n" in change and "\n \n" not in change  # no lone spaces
+    assert scripts.apply_change(PARENT, change) == CHILD
+
+
+def test_a_change_fits_where_the_parent_moved_and_names_a_hunk_that_does_not():
+    moved = "# a comment\n# and another\n" + PARENT
+    assert scripts.apply_change(moved, scripts.change(PARENT, CHILD)) == \
+        "# a comment\n# and another\n" + CHILD
+    with pytest.raises(ValueError, match=r"hunk '@@ -1,7 \+1,8 @@' does not fit the parent, "
+                       r"which lacks these of its lines:\n        y = 2$"):
+        scripts.apply_change(PARENT.replace("y = 2", "y = 4"), scripts.change(PARENT, CHILD))
+    with pytest.raises(ValueError, match="line 1 is not part of a hunk"):
+        scripts.apply_change(PARENT, "import sys\n")
+
+
+def test_a_cell_from_another_lessons_script_writes_the_parent_with_its_change(
+        workdir, monkeypatch, capsys):
+    """``--from`` reads the parent from the course, through a chain of parents, whichever lesson
+    writes it; the file written is whole, and the magic counts the changed lines."""
+    grandchild = CHILD.replace("print(x + y)", "print(x * y)")
+    monkeypatch.setattr(scripts, "COURSE", course(
+        workdir / "course", f"%%write_script parent.py\n{PARENT}",
+        f"%%write_script child.py --from parent.py\n{scripts.change(PARENT, CHILD)}"))
+    assert scripts.course_script("child.py") == CHILD
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "ddp_lib")
+    shell.run_cell_magic("write_script", "grandchild.py --from child.py",
+                         scripts.change(CHILD, grandchild))
+    assert (workdir / "scripts" / "grandchild.py").read_text() == grandchild
+    assert "(8 lines): child.py as its lesson writes it, with the 2 changed lines above" in \
+        capsys.readouterr().out
+    assert scripts.cell_text("00_lesson.ipynb", "child.py") == CHILD
+    with pytest.raises(LookupError, match="'%%write_script nowhere.py' is written by no lesson"):
+        shell.run_cell_magic("write_script", "x.py --from nowhere.py", "@@ -1 +1 @@\n")
+    with pytest.raises(ValueError, match="Usage"):
+        shell.run_cell_magic("write_script", "x.py from child.py", "@@ -1 +1 @@\n")
+
+
+def test_a_script_that_comes_from_itself_is_refused(workdir, monkeypatch):
+    monkeypatch.setattr(scripts, "COURSE", course(workdir / "course",
+                                                  "%%write_script a.py --from b.py\n",
+                                                  "%%write_script b.py --from a.py\n"))
+    with pytest.raises(ValueError, match="a.py -> b.py -> a.py: a script cannot come from itself"):
+        scripts.course_script("a.py")
+
+
 def test_report_appends_json_lines_under_launch(tmp_path, monkeypatch):
     target = tmp_path / "metrics.jsonl"
     monkeypatch.setenv(metrics.ENV_VAR, str(target))
@@ -141,20 +202,51 @@ def diff_problems(single: Path, ddp: Path) -> list[str]:
 
 
 def test_lesson_05_teaches_ddp_in_at_most_60_changed_lines(workdir):
-    """The diff lesson 05 prints, from lesson 01's script to its DDP script, checked.
+    """The diff lesson 05's cell holds, from lesson 01's script to its DDP script, checked.
 
-    Both scripts are taken from their notebooks' cells, as lesson 05 takes them, and the diff is
-    the one its cell prints. The DDP essentials must be among the added lines, so that the count
-    stays small by keeping the lesson small, not by moving DDP elsewhere; and nothing that is not
-    DDP may be added.
+    The DDP essentials must be among the added lines, so that the count stays small by keeping
+    the lesson small, not by moving DDP elsewhere; and nothing that is not DDP may be added.
     """
     single = scripts.from_notebook(NOTEBOOKS / "01_single_device.ipynb", "train_single.py",
                                    quiet=True)
     ddp = scripts.from_notebook(NOTEBOOKS / "05_ddp.ipynb", "train_ddp.py", quiet=True)
-    shown = [cell for cell in nbformat.read(NOTEBOOKS / "05_ddp.ipynb", as_version=4).cells
-             if 'scripts.diff("scripts/train_single.py", "scripts/train_ddp.py")' in cell.source]
-    assert shown, "lesson 05 no longer prints the diff from train_single.py to train_ddp.py"
+    assert script_cells()["train_ddp.py"][1] == "train_single.py", "lesson 05 shows the change"
     assert diff_problems(single, ddp) == [], scripts.diff(single, ddp)
+
+
+def script_cells() -> dict[str, tuple[str, str | None, str]]:
+    """Every script the course's cells write: name -> (lesson, parent or None, the cell's body)."""
+    found: dict[str, tuple[str, str | None, str]] = {}
+    for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            first, _, body = cell.source.partition("\n")
+            if cell.cell_type == "code" and scripts.header(first):
+                name, parent = scripts.header(first)
+                assert name not in found, f"{name}: written by {found[name][0]} and {path.stem}"
+                found[name] = (path.stem, parent, body)
+    return found
+
+
+# The most lines (- and +) a step may change: one idea each. Lesson 08's other steps: 15.
+STEP_SIZES = {"train_ddp.py": 60, "train_amp.py": 30, "train_amp_speed.py": 60,
+              "train_profiled.py": 35, "train_anywhere.py": 43, "train_fsdp.py": 55}
+
+
+def test_a_cell_that_changes_a_script_holds_exactly_diff_u_of_it_and_stays_one_idea():
+    """A ``--from`` cell is what ``diff -u`` prints from its parent to the script it writes, so
+    its hunk headers say where each change goes; a lesson's step stays the size of its idea."""
+    changes = {name: (lesson, parent, body) for name, (lesson, parent, body)
+               in script_cells().items() if parent}
+    assert len(changes) >= 20
+    for name, (lesson, parent, body) in changes.items():
+        written = scripts.course_script(name)
+        expected = scripts.change(scripts.course_script(parent), written)
+        assert body.rstrip("\n") == expected.rstrip("\n"), (  # a cell ends on its last text
+            f"{lesson}'s {name}: not diff -u's output; it should read\n{expected}")
+        compile(written, name, "exec")
+        if lesson == "08_scaling" or name in STEP_SIZES:
+            changed = sum(1 for line in body.splitlines() if line[:1] in ("+", "-"))
+            assert changed <= STEP_SIZES.get(name, 15), f"{name}: {changed} changed lines"
 
 
 def test_the_lesson_05_diff_check_finds_what_is_wrong(workdir):
@@ -246,7 +338,7 @@ def test_a_learners_edit_of_lesson_05_never_reaches_a_later_lesson(tmp_path, mon
     exercises.build(tmp_path)
     edition = tmp_path / "notebooks"
     lesson = nbformat.read(edition / "05_ddp.ipynb", as_version=4)
-    [cell] = [c for c in lesson.cells if c.source.startswith("%%write_script train_ddp.py\n")]
+    [cell] = [c for c in lesson.cells if c.source.startswith("%%write_script train_ddp.py ")]
     assert "sampler.set_epoch(epoch)" in cell.source
     cell.source = cell.source.replace("sampler.set_epoch(epoch)", "pass  # deleted")
     nbformat.write(lesson, edition / "05_ddp.ipynb")
@@ -258,7 +350,6 @@ def test_a_learners_edit_of_lesson_05_never_reaches_a_later_lesson(tmp_path, mon
             calls |= set(re.findall(r'from_notebook\("([^"]+)", "([^"]+)"', text))
     assert ("05_ddp.ipynb", "train_ddp.py") in calls and len(calls) >= 2, calls
     for notebook, name in sorted(calls):
-        course = next(c.source for c in nbformat.read(NOTEBOOKS / notebook, as_version=4).cells
-                      if c.source.startswith(f"%%write_script {name}\n"))
         written = scripts.from_notebook(notebook, name, quiet=True)
-        assert written.read_text() == scripts.normalised(course.split("\n", 1)[1]), name
+        assert written.read_text() == scripts.course_script(name), name
+    assert "sampler.set_epoch(epoch)" in scripts.course_script("train_ddp.py")

@@ -12,6 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from ddp_lib import scripts
 from workshop import exercises, schedule, sections
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,8 +50,11 @@ def test_no_solution_line_reaches_the_edition(built, path):
         if not exercises.is_solution(cell):
             continue
         lines = cell_text(cell).splitlines()
-        if sections.START in cell["metadata"]:  # its stub writes the start under the same name
-            lines = lines[1:]
+        if sections.START in cell["metadata"]:  # its stub writes the start: the lines it adds
+            first, _, body = cell_text(cell).partition("\n")
+            start = sections.start_text(cell).splitlines()
+            lines = [line for line in scripts.script_of(first, body).splitlines()
+                     if line not in start]
         for line in lines:
             line = line.strip()
             if line and line not in lesson_text:  # lines the lesson shows anyway are no leak
@@ -65,7 +69,8 @@ def test_stubs_are_python_and_replace_each_solution(built, path):
         if exercises.is_solution(ours) and sections.START in ours["metadata"]:
             # the script the learner edits, written under the solution's name, with its steps
             # as TODO comments where the solution says, and nothing else added
-            first, _, _ = cell_text(ours).partition("\n")
+            name, _ = scripts.header(cell_text(ours).partition("\n")[0])
+            first = f"%%write_script {name}"  # the whole script, not a change to one
             start = sections.start_text(ours).rstrip()
             steps = ours["metadata"].get(exercises.TODOS, [])
             assert cell_text(theirs) == f"{first}\n{exercises.faded(start, steps)}"

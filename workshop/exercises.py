@@ -33,6 +33,7 @@ from pathlib import Path
 
 import nbformat
 
+from ddp_lib import scripts
 from workshop import schedule, sections
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,7 +112,8 @@ def stub(solution: dict, exercise: dict) -> dict:
     start = sections.start_text(solution)
     if start is not None:
         steps = solution["metadata"].get(TODOS, [])
-        lines = [source(solution).partition("\n")[0], faded(start, steps).rstrip("\n")]
+        name, _ = scripts.header(source(solution).partition("\n")[0])  # the whole script
+        lines = [f"{scripts.MAGIC} {name}", faded(start, steps).rstrip("\n")]
     else:
         match = HEADER.match(source(solution))
         number = match[1] if match else "?"

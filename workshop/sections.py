@@ -8,10 +8,11 @@ holds ``{"tier", "minutes"}``. An exercise belongs to the section it ends: the o
 its idea, or the lesson's Exercises section (homework).
 
 A section's minutes may not be below its *floor*: its words at a speaking pace, its code read at a
-walking-through pace (a cell whose source is folded away is not read: its output is what the lesson
-shows), and its cells' run time measured on 2 cores (``RUN_SECONDS``). An
-exercise's floor is its question read, its solution written (where the learner starts from a
-script, ``START``, only the lines the solution adds), and the solution's run time.
+walking-through pace (a cell whose source is folded away is not read: its output is what the
+lesson shows; of a cell that changes a script, the changed lines), and its cells' run time
+measured on 2 cores (``RUN_SECONDS``). An exercise's floor is its question read, its solution
+written (where the learner starts from a script, ``START``, only the lines the solution adds),
+and the solution's run time.
 
 ``python -m workshop.sections`` prints every section and exercise with its floor.
 """
@@ -138,6 +139,15 @@ def lines_of_code(text: str) -> int:
                .startswith("#"))
 
 
+def code_to_read(source: str) -> str:
+    """The code a walk-through reads in a cell: of a cell that changes a script
+    (``%%write_script NEW --from OLD``), the changed lines; their context was read before."""
+    first, _, body = source.partition("\n")
+    if (scripts.header(first) or (None, None))[1] is None:
+        return source
+    return "\n".join(line[1:] for line in body.splitlines() if line[:1] in ("+", "-"))
+
+
 def start_text(cell: dict) -> str | None:
     """The script a learner starts this solution from (its ``START`` metadata), or ``None``."""
     start = cell["metadata"].get(START)
@@ -149,8 +159,10 @@ def lines_to_write(cell: dict) -> int:
     start, text = start_text(cell), cell["source"]
     if start is None:
         return lines_of_code(text)
+    first, _, body = text.partition("\n")
+    written = scripts.script_of(first, body)  # whole, if the cell holds a change to a script
     added = [line[1:] for line in difflib.unified_diff(
-        start.splitlines(), text.partition("\n")[2].splitlines(), lineterm="", n=0)
+        start.splitlines(), written.splitlines(), lineterm="", n=0)
         if line.startswith("+") and not line.startswith("+++")]
     return lines_of_code("\n".join(added))
 
@@ -196,7 +208,7 @@ def read(path: Path, measured: dict[str, dict[int, float]] | None = None) -> lis
             sections[-1].words += words(cell.source)
         else:
             if not cell.metadata.get("jupyter", {}).get("source_hidden"):  # folded: not read
-                sections[-1].code_lines += lines_of_code(cell.source)
+                sections[-1].code_lines += lines_of_code(code_to_read(cell.source))
             sections[-1].code_cells += 1
             sections[-1].run_s += seconds.get(code_number, 0.0)
     return sections

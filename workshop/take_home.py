@@ -1,11 +1,12 @@
 """Write the folder a learner takes home: every lesson's scripts, ``course_helpers.py``, job files.
 
-Each script is the text of its lesson's ``%%write_script`` cell, written as the lesson writes it
-(``ddp_lib.scripts.write_script``), so the two never differ. ``course_helpers.py`` (the data, the
-models, ``report``) sits beside them: the folder runs wherever torch and torchvision are
-installed, with ``torchrun``, ``mpiexec`` or a cluster's scheduler, and needs nothing else from
-this project. The job files are the ones lessons 06 and 10 print, written for lesson 05's script
-(lesson 10's under PBS's ``mpiexec``), with sizes to edit.
+Each script is the text its lesson's ``%%write_script`` cell writes, whole (a cell that holds a
+change to another script is applied, as the lesson applies it), so the two never differ.
+``course_helpers.py`` (the data, the models, ``report``) sits beside them: the folder runs
+wherever torch and torchvision are installed, with ``torchrun``, ``mpiexec`` or a cluster's
+scheduler, and needs nothing else from this project. The job files are the ones lessons 06 and
+10 print, written for lesson 05's script (lesson 10's under PBS's ``mpiexec``), with sizes to
+edit.
 
 ``python -m workshop.take_home [DEST]`` writes DEST (default build/take-home); ``make take-home``.
 """
@@ -25,7 +26,6 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 HELPERS = ROOT / "course_helpers.py"
 DEFAULT_DEST = ROOT / "build" / "take-home"
-MAGIC = "%%write_script"
 # The scripts that need more than torch and torchvision, for what their lessons show.
 ALSO_NEEDS = {"init_methods.py": {"psutil"}, "mpi4py_group.py": {"mpi4py"}}
 
@@ -42,14 +42,13 @@ def lesson_scripts(notebooks: Path = NOTEBOOKS) -> dict[str, tuple[str, str]]:
     for path in sorted(notebooks.glob("[0-9][0-9]_*.ipynb")):
         for cell in nbformat.read(path, as_version=4).cells:
             first, _, body = cell.source.partition("\n")
-            if cell.cell_type != "code" or first.split()[:1] != [MAGIC]:
-                continue
-            if "solution" in cell.metadata.get("tags", []):  # a learner's answer, not a lesson's
-                continue
-            name = first.split()[1]
-            if name in found and scripts.normalised(found[name][1]) != scripts.normalised(body):
+            written = scripts.header(first) if cell.cell_type == "code" else None
+            if written is None or "solution" in cell.metadata.get("tags", []):
+                continue  # not a script, or a learner's answer, not a lesson's
+            name, text = written[0], scripts.script_of(first, body)  # a --from cell's, whole
+            if name in found and scripts.normalised(found[name][1]) != scripts.normalised(text):
                 raise ValueError(f"{path.stem} writes {name} differently from {found[name][0]}")
-            found.setdefault(name, (path.stem, body))
+            found.setdefault(name, (path.stem, text))
     return found
 
 
