@@ -195,7 +195,7 @@ test: lint browser
 # [lessons] runs every lesson in JupyterLab, then builds the site from those runs and opens it;
 # [rest] runs make compat on the oldest torch (its environment's download first, while the
 # lessons run), then the learners' editions in JupyterLab and the other sweep tests. Side by
-# side they take 0.74 times as long as one after the other on 2 cores (docs/benchmarks.md).
+# side they take less time than one after the other (measured: docs/benchmarks.md).
 SWEEP_LESSONS := tests/e2e/test_jupyterlab.py tests/e2e/test_site.py
 lane = set -o pipefail; { $(2); } 2>&1 | sed -u 's/^/[$(1)] /'
 test-browser: setup browser
