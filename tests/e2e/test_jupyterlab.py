@@ -176,8 +176,26 @@ def wait_until_all_cells_ran(page, timeout_s: float) -> None:
         }""")
         if pending == 0 and kernel_status(page) == "idle":
             return
-        assert time.monotonic() < deadline, f"{pending} cell(s) still waiting to run"
+        assert time.monotonic() < deadline, (
+            f"{pending} cell(s) still waiting to run after {timeout_s:g} s; "
+            f"running:\n{running_cell(page)}")
         time.sleep(1)
+
+
+def running_cell(page) -> str:
+    """The cell the kernel is running (its prompt shows ``*``): its first lines and the last
+    lines of its output so far, to say where a lesson stalled."""
+    return page.evaluate("""() => {
+        for (const cell of window.jupyterapp.shell.currentWidget.content.widgets) {
+            if (cell.model.type !== 'code' || !cell.promptNode.textContent.includes('*'))
+                continue;
+            const source = cell.model.sharedModel.getSource().split('\\n').slice(0, 3);
+            const area = cell.node.querySelector('.jp-OutputArea');
+            const shown = (area ? area.innerText : '').split('\\n').slice(-15);
+            return [...source, '--- its output, last lines:', ...shown].join('\\n');
+        }
+        return '(none)';
+    }""")
 
 
 def launch_cells(page) -> list[tuple[str, str]]:
