@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import course_helpers
-from ddp_lib import hardware
+from ddp_lib import hardware, scripts
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -150,13 +150,14 @@ def test_a_gpu_set_per_process_is_told_from_an_inherited_one():
 # --- Every script follows it --------------------------------------------------------------------
 
 def written_scripts() -> list[tuple[str, str, str]]:
-    """(notebook, script, text) for every script a notebook's cells write."""
+    """(notebook, script, text) for every script a notebook's cells write (whole, where a cell
+    holds a change to another script)."""
     found = []
     for path in NOTEBOOKS:
         for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
             first, _, body = "".join(cell["source"]).partition("\n")
-            if cell["cell_type"] == "code" and first.startswith("%%write_script"):
-                found.append((path.name, first.split()[1], body))
+            if cell["cell_type"] == "code" and scripts.header(first):
+                found.append((path.name, scripts.header(first)[0], scripts.script_of(first, body)))
     return found
 
 
