@@ -165,19 +165,31 @@ def run_all_cells(page) -> None:
 
 
 def wait_until_all_cells_ran(page, timeout_s: float) -> None:
+    """Until every code cell has run and the kernel is idle. A Run All that an error stopped
+    (nothing queued, the kernel idle, cells left unrun for 10 s) fails at once with its errors,
+    not after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
+    stopped_since = None
     time.sleep(1)
     while True:
-        pending = page.evaluate("""() => {
-            const cells = window.jupyterapp.shell.currentWidget.content.widgets;
-            return cells.filter(c => c.model.type === 'code' &&
-                                     (c.model.executionCount === null ||
-                                      c.promptNode.textContent.includes('*'))).length;
+        unrun, queued = page.evaluate("""() => {
+            const cells = window.jupyterapp.shell.currentWidget.content.widgets
+                .filter(c => c.model.type === 'code');
+            return [cells.filter(c => c.model.executionCount === null).length,
+                    cells.filter(c => c.promptNode.textContent.includes('*')).length];
         }""")
-        if pending == 0 and kernel_status(page) == "idle":
+        idle = kernel_status(page) == "idle"
+        if unrun == 0 and queued == 0 and idle:
             return
+        if queued == 0 and idle:
+            stopped_since = stopped_since or time.monotonic()
+            assert time.monotonic() - stopped_since < 10, (
+                f"Run All stopped with {unrun} cell(s) never run; the errors: "
+                f"{error_outputs(page)}")
+        else:
+            stopped_since = None
         assert time.monotonic() < deadline, (
-            f"{pending} cell(s) still waiting to run after {timeout_s:g} s; "
+            f"{unrun + queued} cell(s) still waiting to run after {timeout_s:g} s; "
             f"running:\n{running_cell(page)}")
         time.sleep(1)
 
