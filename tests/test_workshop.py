@@ -491,3 +491,25 @@ def test_what_a_track_runs_needs_nothing_from_its_appendix(track_edition):
             assert not missing & only_appendix, (
                 f"{track.name} edition of {name}, cell {index} uses "
                 f"{sorted(missing & only_appendix)}, defined only in the appendix")
+
+
+def test_a_tracks_edition_writes_every_script_the_course_writes(track_edition):
+    """A cell that changes a script applies, in the edition as in the course, to the course's
+    parent (renumbering a section touches only its ``+`` lines), and what it writes differs
+    from the course's script at most in the section numbers of the lines it adds."""
+    track, notebooks = track_edition
+    checked = 0
+    for name, notebook in notebooks.items():
+        for cell in notebook.cells:
+            first, _, body = cell.source.partition("\n")
+            found = scripts.header(first)
+            if cell.cell_type == "markdown" or not found or found[1] is None:
+                continue
+            written = scripts.script_of(first, body).splitlines()
+            course = scripts.course_script(found[0]).splitlines()
+            assert len(written) == len(course), f"{track.name} {name} {found[0]}"
+            differ = [(a, b) for a, b in zip(written, course, strict=True) if a != b]
+            assert all(re.sub(r"section A?\d+", "", a) == re.sub(r"section A?\d+", "", b)
+                       for a, b in differ), f"{track.name} {name} {found[0]}: {differ}"
+            checked += 1
+    assert checked >= 15

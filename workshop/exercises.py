@@ -244,12 +244,17 @@ SHOWN_BY = re.compile(r" ?<!-- sections: ([\w, ]+) -->")
 
 def renumber(text: str, lesson: str, numbers: dict[str, dict[str, str]]) -> str:
     """The text with every reference to a section in the edition's numbers: the lesson's own,
-    or the lesson it names."""
+    or the lesson it names. Of a cell that changes a script, only the ``+`` lines: the others
+    must match the parent, which is the course's (``scripts.course_script``)."""
     def new(match: re.Match) -> str:
         table = numbers.get(match["number"] or lesson, {})
         listed = re.sub(r"(?<!A)\b\d+", lambda n: table.get(n[0], n[0]), match["list"])
         return f"{match['lesson'] or ''}{match['word']}{listed}"
-    return REFERENCE.sub(new, text)
+    first, _, body = text.partition("\n")
+    if (scripts.header(first) or (None, None))[1] is None:
+        return REFERENCE.sub(new, text)
+    return "\n".join([first] + [REFERENCE.sub(new, line) if line.startswith("+") else line
+                                for line in body.split("\n")])
 
 
 def appendix_references(text: str) -> list[str]:
