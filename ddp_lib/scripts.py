@@ -81,28 +81,27 @@ def cell_text(notebook: str | os.PathLike, name: str) -> str:
     raise LookupError(f"{notebook} has no '{MAGIC} {name}' cell")
 
 
-def script_of(first_line: str, body: str) -> str:
+def script_of(first_line: str, body: str, _through: tuple[str, ...] = ()) -> str:
     """The text a ``%%write_script`` cell writes, given its first line and the rest."""
     name, parent = header(first_line)
-    return body if parent is None else apply_change(course_script(parent), body,
-                                                    what=f"{name} --from {parent}")
+    if parent is None:
+        return normalised(body)
+    if parent in (*_through, name):
+        raise ValueError(f"{' -> '.join((*_through, name, parent))}: a script cannot come from "
+                         "itself")
+    return apply_change(course_script(parent, (*_through, name)), body,
+                        what=f"{name} --from {parent}")
 
 
 def course_script(name: str, _through: tuple[str, ...] = ()) -> str:
     """The text of the course's one ``%%write_script name`` cell, in whichever lesson it is."""
-    if name in _through:
-        raise ValueError(f"{' -> '.join(_through + (name,))}: a script cannot come from itself")
     cells = [(path, first, body) for path in sorted(COURSE.glob("[0-9][0-9]_*.ipynb"))
              for first, body in _script_cells(path) if (header(first) or ("",))[0] == name]
     if len(cells) != 1:
         where = ", ".join(path.stem for path, _, _ in cells) or "no lesson"
         raise LookupError(f"'{MAGIC} {name}' is written by {where}: a parent needs exactly one")
     _, first, body = cells[0]
-    parent = header(first)[1]
-    if parent is None:
-        return normalised(body)
-    return apply_change(course_script(parent, _through + (name,)), body,
-                        what=f"{name} --from {parent}")
+    return script_of(first, body, _through)
 
 
 _CELLS: dict[Path, tuple[int, list[tuple[str, str]]]] = {}

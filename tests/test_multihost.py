@@ -49,9 +49,11 @@ dist.all_reduce(total)
 # The ports of this rank's connections to the other host (not to its own agent's store).
 link = sorted({f"{c.laddr.port}-{c.raddr.port}" for c in psutil.Process().net_connections("tcp")
                if c.raddr and c.raddr.ip != c.laddr.ip})
+# One write per line: with PYTHONUNBUFFERED, print writes its text and its newline apart,
+# and another rank's line can land between them.
 print(f"rank={rank} world={dist.get_world_size()} host={socket.gethostname()} "
       f"master={master} master_ip={socket.gethostbyname(master)} sum={total.item():g} "
-      f"ports={','.join(link)} rdzv_port={os.environ['MASTER_PORT']}", flush=True)
+      f"ports={','.join(link)} rdzv_port={os.environ['MASTER_PORT']}" + "\\n", end="", flush=True)
 dist.barrier()
 time.sleep(0.2)  # torch 2.4-2.7 can hang in destroy: pytorch/pytorch#154976
 dist.destroy_process_group()

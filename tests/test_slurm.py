@@ -67,11 +67,12 @@ dist.init_process_group("gloo")
 rank = dist.get_rank()
 total = torch.tensor([rank + 1.0])
 dist.all_reduce(total)
+# One write per line: with PYTHONUNBUFFERED, print writes its text and its newline apart,
+# and another rank's line can land between them.
 print(f"rank={rank} world={dist.get_world_size()} host={socket.gethostname()} "
       f"master={os.environ['MASTER_ADDR']} sum={total.item():g} "
       f"pythonpath={'PYTHONPATH' in os.environ} "
-      f"ddp_lib={os.path.dirname(os.path.realpath(ddp_lib.__file__))}",
-      flush=True)
+      f"ddp_lib={os.path.dirname(os.path.realpath(ddp_lib.__file__))}" + "\\n", end="", flush=True)
 dist.barrier()
 time.sleep(0.2)  # torch 2.4-2.7 can hang in destroy: pytorch/pytorch#154976
 dist.destroy_process_group()
@@ -298,10 +299,12 @@ from course_helpers import backend_and_device
 
 backend, device = backend_and_device()
 dist.init_process_group(backend)
+# One write per line: with PYTHONUNBUFFERED, print writes its text and its newline apart,
+# and another rank's line can land between them.
 print(f"rank={os.environ['RANK']} host={socket.gethostname()} backend={backend} "
       f"cpus={len(os.sched_getaffinity(0))} "
       f"torchrun_cpus={len(os.sched_getaffinity(os.getppid()))} "
-      f"threads={torch.get_num_threads()}", flush=True)
+      f"threads={torch.get_num_threads()}" + "\\n", end="", flush=True)
 dist.barrier()
 time.sleep(0.2)  # torch 2.4-2.7 can hang in destroy: pytorch/pytorch#154976
 dist.destroy_process_group()
