@@ -158,6 +158,11 @@ def apply_change(text: str, change_text: str, *, what: str = "the change") -> st
     return "\n".join(out + lines[cursor:]) + "\n"
 
 
+def changed_lines(change_text: str) -> list[str]:
+    """The ``-`` and ``+`` lines of a change, signs kept: what a step removes and adds."""
+    return [line for line in change_text.splitlines() if line[:1] in ("+", "-")]
+
+
 def _hunks(change_text: str, what: str) -> list[tuple[str, list[str]]]:
     hunks: list[tuple[str, list[str]]] = []
     for number, line in enumerate(normalised(change_text).splitlines(), 1):
@@ -209,6 +214,5 @@ def write_script_magic(line: str, cell: str) -> None:
         return
     text = script_of(first, cell)
     path = write_script(name, text, quiet=True)
-    changed = sum(1 for line in cell.splitlines() if line[:1] in ("+", "-"))
     print(f"{path} ({text.count(chr(10))} lines): {parent} as its lesson writes it, with the "
-          f"{changed} changed lines above.")
+          f"{len(changed_lines(cell))} changed lines above.")

@@ -253,7 +253,7 @@ def test_the_lessons_scripts_say_each_part_once():
                 continue
             lines = body.splitlines()
             if scripts.header(first)[1]:  # a change: what it adds and removes
-                lines = [line[1:] for line in lines if line[:1] in ("+", "-")]
+                lines = [line[1:] for line in scripts.changed_lines(body)]
             code = [line for line in lines if line.strip() and not line.strip().startswith("#")]
             code_lines += len(code)
             defined_in.update({m[1] for line in code if (m := re.match(r"(?:def|class) (\w+)",

@@ -245,7 +245,7 @@ def test_a_cell_that_changes_a_script_holds_exactly_diff_u_of_it_and_stays_one_i
             f"{lesson}'s {name}: not diff -u's output; it should read\n{expected}")
         compile(written, name, "exec")
         if lesson == "08_scaling" or name in STEP_SIZES:
-            changed = sum(1 for line in body.splitlines() if line[:1] in ("+", "-"))
+            changed = len(scripts.changed_lines(body))
             assert changed <= STEP_SIZES.get(name, 15), f"{name}: {changed} changed lines"
 
 

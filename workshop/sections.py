@@ -145,7 +145,7 @@ def code_to_read(source: str) -> str:
     first, _, body = source.partition("\n")
     if (scripts.header(first) or (None, None))[1] is None:
         return source
-    return "\n".join(line[1:] for line in body.splitlines() if line[:1] in ("+", "-"))
+    return "\n".join(line[1:] for line in scripts.changed_lines(body))
 
 
 def start_text(cell: dict) -> str | None:
