@@ -108,7 +108,12 @@ def test_one_process_is_shown_the_threads_variable_that_torchrun_would_not_set(m
     assert capsys.readouterr().out.splitlines()[0] == f"$ OMP_NUM_THREADS=1 {typed}"
     assert "threads 1" in one.output(0)
     launch(script, nproc_per_node=2, timeout=120)  # torchrun's own setting: nothing to print
-    assert capsys.readouterr().out.splitlines()[0] == f"$ {typed.replace('=1 ', '=2 ')}"
+    typed = typed.replace("=1 ", "=2 ")
+    assert capsys.readouterr().out.splitlines()[0] == f"$ {typed}"
+    two = launch(script, nproc_per_node=2, timeout=120, env={"OMP_NUM_THREADS": "2"})
+    # Not what torchrun would set: printed.
+    assert capsys.readouterr().out.splitlines()[0] == f"$ OMP_NUM_THREADS=2 {typed}"
+    assert "threads 2" in two.output(0)
 
 
 def test_the_printed_command_pasted_in_a_terminal_gives_the_same_run(make_script, workdir,

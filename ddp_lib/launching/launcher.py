@@ -216,7 +216,7 @@ def _shown(agent: Agent) -> str:
     own = agent.typed[0] == "torchrun" and "--nproc-per-node=1" not in agent.typed  # sets it
     settings = "".join(f"{k}={shlex.quote(v)} " for k, v in sorted(agent.env.items())
                        if k not in NOTEBOOK_ONLY_ENV and os.environ.get(k) != v
-                       and not (own and k == "OMP_NUM_THREADS"))
+                       and not (own and k == "OMP_NUM_THREADS" and v == "1"))
     return f"{settings}{shlex.join(agent.typed)}"
 
 
