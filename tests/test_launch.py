@@ -174,20 +174,51 @@ def test_failing_rank_ends_launch_promptly_and_is_named(make_script, notebook_ba
     err = info.value
     assert err.rank == 1 and err.exitcode == 1
     assert "Rank 1 exited with code 1" in str(err)
-    assert "ValueError: rank one gives up" in str(err)
-    assert "Traceback" in str(err) and "sitecustomize" not in str(err)  # the script's frames
-    # Read from torchrun's error file, which the launch's sitecustomize wrote as @record would.
-    assert messages.raised_errors(err.result)[1].message == "ValueError: rank one gives up"
-    assert "error_file: <N/A>" not in err.result.output("torchrun").split("Root Cause")[1]
+    assert 'raise ValueError("rank one gives up")' in str(err)  # the line, from its traceback
+    # Without @record no error file: the launch reads the rank's traceback, as a person would.
+    assert messages.raised_errors(err.result) == {}
+    assert "error_file: <N/A>" in err.result.output("torchrun").split("Root Cause")[1]
     assert elapsed < 30, f"rank 0 was blocked in all_reduce, yet the launch took {elapsed:.0f} s"
     assert not err.result.ok
+
+
+RECORDED = """
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+
+    @record
+    def main():
+        dist.init_process_group("gloo")
+        if dist.get_rank() == 1:
+            raise ValueError("rank one gives up")
+        dist.all_reduce(torch.ones(1))  # rank 0 waits here, and raises when rank 1 is gone
+
+
+    main()
+"""
+
+
+def test_a_script_with_record_is_named_from_the_error_file_torchrun_reads(make_script):
+    script = make_script("recorded.py", RECORDED)
+    with pytest.raises(RankFailed) as info:
+        launch(script, nproc_per_node=2, timeout=120, stream=False)
+    err = info.value
+    assert err.rank == 1 and "ValueError: rank one gives up" in str(err)
+    assert messages.raised_errors(err.result)[1].message == "ValueError: rank one gives up"
+    root_cause = err.result.output("torchrun").split("Root Cause")[1]
+    assert "error_file: <N/A>" not in root_cause and "rank one gives up" in root_cause
+    # Every rank that failed, in order: rank 1's error first, then whatever rank 0 did after.
+    listed = str(err).split("What each rank did, in order:")[1]
+    assert listed.index("rank 1: ValueError: rank one gives up") < listed.index("rank 0:"), listed
 
 
 def failed(folder: Path, rank: int, exitcode: int, raised: Exception | None = None,
            at: float = 100.0) -> ProcessFailure:
     """torchrun's record of a rank that failed, as its agent makes it: from the error file the
-    rank wrote (torch's own ErrorHandler, as @record and the launch's workers use) if it raised,
-    else stamped when the agent noticed (``at``, to the second)."""
+    rank's @record wrote (torch's own ErrorHandler) if it raised, else stamped when the agent
+    saw it end (``at``, to the second). Its pid is 10 + rank."""
     error_file = folder / f"error{rank}.json"
 
     class ToFile(ErrorHandler):
@@ -216,42 +247,54 @@ def result_of(run_dir: Path, failures_by_rank: dict[int, ProcessFailure],
                         lines=list(lines), failure_report=records.read(run_dir))
 
 
-def printed_traceback(rank: int, error: str) -> list[Line]:
-    return [Line(f"rank{rank}", "stderr", text) for text in [
+def printed_traceback(rank: int, error: str, at: float) -> list[Line]:
+    """What a rank prints of an uncaught exception, read by the launch at ``at``."""
+    return [Line(f"rank{rank}", "stderr", text, time=at) for text in [
         "Traceback (most recent call last):", '  File "job.py", line 9, in <module>', error]]
 
 
-def test_a_rank_that_only_lost_its_peer_is_not_blamed(workdir):
-    """Two ranks failing in the same second, no error files: torchrun names the lower, here the
-    wrong one."""
+def stopped(rank: int, at: float, sig: str = "SIGTERM") -> Line:
+    """torchrun's log line as it stops the worker of ``rank`` (pid 10 + rank, as ``failed``)."""
+    return Line("torchrun", "stderr", f"W1129 15:05:18.156000 2109 torch/distributed/elastic/"
+                f"multiprocessing/api.py:1028] Sending process {10 + rank} closing signal {sig}",
+                time=at)
+
+
+def test_without_error_files_the_rank_whose_traceback_came_first_is_named(workdir):
+    """Two ranks failing in the same second: torchrun's own report names the lower one, here the
+    wrong one; when their tracebacks arrived tells."""
     lines = (printed_traceback(0, "RuntimeError: [pair.cc:561] Connection closed by peer "
-                                  "[127.0.0.1]:14749.")
+                                  "[127.0.0.1]:14749.", at=100.3)
              + printed_traceback(1, "RuntimeError: [unbound_buffer.cc:78] Timed out waiting "
-                                    "4000ms"))
+                                    "4000ms", at=100.1))
     result = result_of(workdir, {0: failed(workdir, 0, 1), 1: failed(workdir, 1, 1)}, lines)
 
     assert messages.root_cause(result) == (1, 1)
     message = messages.failure_message(result, 1, 1)
     assert message.startswith("Rank 1 exited with code 1")
-    assert "rank 0: RuntimeError: [pair.cc:561] Connection closed by peer" in message
+    listed = message.split("What each rank did, in order:")[1]
+    assert listed.index("rank 1: RuntimeError: [unbound_buffer.cc:78]") < listed.index(
+        "rank 0: RuntimeError: [pair.cc:561] Connection closed by peer"), listed
 
-    # torchrun stopped the job before rank 1 exited: no exit code for it is guessed.
+    # torchrun stopped the job before rank 1 exited (torch 2.4 keeps no record of it then): no
+    # exit code for it is made up.
     result = result_of(workdir, {0: failed(workdir, 0, 1)}, lines)
     assert messages.root_cause(result) == (1, None)
     assert messages.failure_message(result, 1, None).startswith(
         "Rank 1 raised an exception, and torchrun stopped it before it exited, while running")
 
 
-def test_error_files_name_the_rank_that_raised_first(workdir):
-    # Rank 0 wrote first, but only because rank 1 had gone: rank 1 is the cause. torchrun stopped
-    # rank 1 before it exited (torch 2.4 then keeps no record of it): its printed traceback, the
-    # last one (an earlier attempt's error is not this failure's), says what it raised.
-    lines = (printed_traceback(1, "ValueError: the first attempt's")
-             + printed_traceback(1, "RuntimeError: Timed out waiting 4000ms"))
+def test_an_error_file_and_a_printed_traceback_are_ordered_together(workdir):
+    # Rank 0's @record wrote its file at 100.2, but rank 1 had raised at 100.1 (its traceback):
+    # rank 1 is named. The last traceback a rank printed is the one that ended it (an earlier
+    # attempt's error is not this failure's).
+    lines = (printed_traceback(1, "ValueError: the first attempt's", at=50.0)
+             + printed_traceback(1, "RuntimeError: Timed out waiting 4000ms", at=100.1))
     peer_gone = RuntimeError("Connection closed by peer")
     result = result_of(workdir, {0: failed(workdir, 0, 1, peer_gone, at=100.2)}, lines)
     assert messages.root_cause(result) == (1, None)
     assert messages.last_error(result, 0) == "RuntimeError: Connection closed by peer"
+    assert messages.last_error(result, 1) == "RuntimeError: Timed out waiting 4000ms"
     assert "Timed out waiting 4000ms" in messages.failure_message(result, 1, None)
 
 
@@ -270,41 +313,55 @@ def test_a_rank_that_raised_first_but_exited_last_is_said_to_have_raised(workdir
     # rank 1 (seen under load, with lesson 05's shuffle-and-sampler mistake).
     mistake = ValueError("sampler option is mutually exclusive with shuffle")
     result = result_of(workdir, {0: failed(workdir, 0, 1, mistake, at=100.6),
-                                 1: failed(workdir, 1, -15, mistake, at=100.2)})
+                                 1: failed(workdir, 1, -15, mistake, at=100.2)},
+                       [stopped(1, at=100.7)])
     assert messages.root_cause(result) == (1, -15)
     message = messages.failure_message(result, 1, -15)
     assert message.startswith("Rank 1 raised an exception, and torchrun stopped it before it "
                               "exited, while running job.py"), message
     assert "killed" not in message and "ValueError: sampler option" in message, message
+    assert "stopped by torchrun (SIGTERM) at " in message, message
 
 
-def test_a_rank_killed_without_raising_is_the_cause_of_its_peers_errors(workdir):
+def test_a_rank_killed_without_a_report_comes_before_the_errors_it_caused(workdir):
+    # torchrun saw rank 1 end in second 100 (it looks every 0.1 s); rank 0 lost its peer at
+    # 100.3, and torchrun stopped it.
     peer_gone = RuntimeError("Read error: Connection reset by peer")
-    result = result_of(workdir, {1: failed(workdir, 1, -9),
-                                 0: failed(workdir, 0, -15, peer_gone, at=9.0)})
+    result = result_of(workdir, {1: failed(workdir, 1, -9, at=100.0),
+                                 0: failed(workdir, 0, -15, peer_gone, at=100.3)},
+                       [stopped(0, at=100.4)])
     assert messages.root_cause(result) == (1, -9)
+    message = messages.failure_message(result, 1, -9)
+    assert message.startswith("Rank 1 was killed by SIGKILL (out of memory, or killed by hand?)")
+    assert "(torchrun's time, to the second)" in message, message
 
 
-def test_a_rank_torchrun_stopped_is_not_the_cause(workdir):
-    # No error files (NCCL ranks wait without raising): the stopped rank 0 was "observed" in the
-    # same second as the killed rank 1, and torchrun lists it as the root cause.
-    result = result_of(workdir, {0: failed(workdir, 0, -15), 1: failed(workdir, 1, -9)})
+def test_a_rank_torchrun_stopped_is_not_named(workdir):
+    # No error files (NCCL ranks wait without raising): the stopped rank 0 was "seen" in the same
+    # second as the killed rank 1, and torchrun's own report names it.
+    result = result_of(workdir, {0: failed(workdir, 0, -15), 1: failed(workdir, 1, -9)},
+                       [stopped(0, at=100.2)])
     assert messages.root_cause(result) == (1, -9)
-    # Error files: rank 0 raised only because its peer went; of the two that raised nothing, the
-    # SIGKILLed rank 2 is the cause, not rank 1, which torchrun stopped.
+    # Rank 0 raised only because its peer went; of the two that raised nothing, the SIGKILLed
+    # rank 2 failed by itself, and rank 1 was stopped by torchrun.
     peer_gone = RuntimeError("Connection reset by peer")
     result = result_of(workdir, {1: failed(workdir, 1, -15), 2: failed(workdir, 2, -9),
-                                 0: failed(workdir, 0, 1, peer_gone, at=9.0)})
+                                 0: failed(workdir, 0, 1, peer_gone, at=100.4)},
+                       [stopped(1, at=100.5)])
     assert messages.root_cause(result) == (2, -9)
 
 
-def test_the_message_names_a_rank_killed_beside_the_cause(workdir):
+def test_the_message_says_what_every_rank_did_in_order(workdir):
     result = result_of(workdir, {0: failed(workdir, 0, -9), 2: failed(workdir, 2, -15),
-                                 1: failed(workdir, 1, 1, ValueError("bad shard"), at=5.0)})
+                                 1: failed(workdir, 1, 1, ValueError("bad shard"), at=5.0)},
+                       [stopped(2, at=100.2)])
     assert messages.root_cause(result) == (1, 1)
     message = messages.failure_message(result, 1, 1)
-    assert "rank 0: was killed by SIGKILL" in message
-    assert "rank 2" not in message  # torchrun's own SIGTERM to the rest is not news
+    listed = message.split("What each rank did, in order:\n")[1].splitlines()
+    assert [line.split("  rank ")[1][:1] for line in listed[:3]] == ["1", "0", "2"], listed
+    assert listed[0].endswith("rank 1: ValueError: bad shard; exited with code 1")
+    assert listed[1].endswith("rank 0: killed by SIGKILL  (torchrun's time, to the second)")
+    assert "rank 2: stopped by torchrun (SIGTERM) at " in listed[2]
 
 
 def test_rank_killed_by_signal_is_reported(make_script):

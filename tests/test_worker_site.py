@@ -1,6 +1,5 @@
 """What every process of a launch runs first (``ddp_lib/launching/worker_site/``), besides the
-stack dumps (``test_stacks.py``) and torchrun's error files of scripts that import torch
-(``test_launch.py``)."""
+stack dumps (``test_stacks.py``)."""
 
 from __future__ import annotations
 
@@ -69,14 +68,15 @@ def test_a_sitecustomize_that_was_there_still_runs(make_script, workdir, monkeyp
     assert "site yes" in result.output(0)
 
 
-def test_a_script_that_fails_before_importing_torch_is_not_made_to_import_it(tmp_path):
-    """Its traceback is printed as always; torch's error file would cost importing torch."""
+def test_the_start_up_writes_no_error_file(tmp_path):
+    """A script without ``@record`` that raises leaves torchrun's error file unwritten, as under
+    plain torchrun: only its traceback says what it raised."""
     script = tmp_path / "fails.py"
-    script.write_text("import sys\nraise ValueError('no torch here')\n")
+    script.write_text("import torch\nraise ValueError('no @record here')\n")
     error_file = tmp_path / "error.json"
     env = {**os.environ, "PYTHONPATH": str(WORKER_SITE), "TORCHELASTIC_ERROR_FILE": str(error_file),
            "DDP_WORKSHOP_STACKS": str(tmp_path / "stacks"), "RANK": "0", "LOCAL_RANK": "0"}
     failed = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
-                            text=True, timeout=60)
-    assert failed.returncode == 1 and "ValueError: no torch here" in failed.stderr
+                            text=True, timeout=120)
+    assert failed.returncode == 1 and "ValueError: no @record here" in failed.stderr
     assert not error_file.exists()

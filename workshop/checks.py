@@ -29,12 +29,14 @@ import torch
 
 import ddp_lib
 from ddp_lib import scripts
-from ddp_lib.launching.messages import PEER_GONE
+from ddp_lib.launching import messages
 from ddp_lib.launching.result import LaunchError, LaunchResult
 
 CHECK_SITE = Path(__file__).resolve().parent / "check_site"
 LOSS_TOLERANCE = 1e-4  # relative: the same sums in another order
 WEIGHT_TOLERANCE = 1e-4  # lesson 05 section 4 measures about 1e-6 after 16 steps
+# What a rank raises when a peer's process went away first: a consequence, not its own mistake.
+PEER_GONE = re.compile(r"Connection (closed|reset) by peer", re.IGNORECASE)
 # A rank that waits this long in one of the script's collectives is stuck: the check's runs wait
 # less than a second in any, once the data is there (the check prepares it before launching).
 STALL_S = 45
@@ -326,9 +328,8 @@ def _collective_mistakes(result: LaunchResult, script: Path) -> list[str]:
                 # It went on from its last collective, and did not fail of its own accord.
                 since = calls[other][index - 1]["time"] if index else 0.0
                 went_on = any(r["time"] > since for r in result.records("check_drawn", other))
-                failed = result.failure_report.failures.get(other)
-                if not went_on or (failed and failed.message
-                                   and not PEER_GONE.search(failed.message)):
+                error = messages.last_error(result, other)
+                if not went_on or (error and not PEER_GONE.search(error)):
                     continue
                 what = "went on without calling it"
             elif (instead["op"], instead["line"]) != (call["op"], call["line"]):

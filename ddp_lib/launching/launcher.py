@@ -140,18 +140,15 @@ MPIEXEC_RANK_LABEL = "[rank%r]: "
 def _mpiexec(script: Path, args: Sequence, nproc: int, run_dir: Path, env: dict[str, str]) -> Agent:
     """MPICH's ``mpiexec -n N python script.py``; a free ``MASTER_PORT`` avoids collisions."""
     mpiexec = mpiexec_program()
-    rank_errors = run_dir / "mpiexec"
-    rank_errors.mkdir(parents=True, exist_ok=True)
     env = {**env, "MASTER_ADDR": env.get("MASTER_ADDR", "127.0.0.1"),
-           "MASTER_PORT": env.get("MASTER_PORT", str(free_ports()[0])),
-           "DDP_WORKSHOP_RANK_ERRORS": str(rank_errors)}
+           "MASTER_PORT": env.get("MASTER_PORT", str(free_ports()[0]))}
     # Each rank line-buffers its output instead (worker_site): mpiexec labels every piece it reads.
     env.pop("PYTHONUNBUFFERED", None)
     words = [str(script), *torchrun.script_args(args)]
     return Agent(command=[mpiexec, "-n", str(nproc), "-prepend-pattern", MPIEXEC_RANK_LABEL,
                           sys.executable, *words],
                  env=env, typed=["mpiexec", "-n", str(nproc), "python", *words],
-                 workers_below=2, rank_errors=rank_errors)
+                 workers_below=2)
 
 
 def mpiexec_program() -> str:
@@ -179,16 +176,17 @@ def _run(script: Path, agents: list[Agent], run_dir: Path, metrics_file: Path, t
     outcome = supervise.run(agents, timeout=timeout, stream=stream, script=script,
                             stacks_dir=Path(agents[0].env[stacks.ENV_VAR]),
                             log=run_dir / "output.log")
-    if agents[0].rank_errors is not None:  # mpiexec: what failed, as torchrun's agent keeps it
+    if agents[0].name == "mpiexec":  # what MPICH says failed, as torchrun's agent keeps it
         records.record_mpiexec(
-            records.path(run_dir, agents[0].name), agents[0].rank_errors,
+            records.path(run_dir, agents[0].name),
             [line.text for line in outcome.lines if line.rank is None],
             sorted({line.rank for line in outcome.lines
-                    if line.rank is not None and line.text.startswith("Fatal Python error")}))
+                    if line.rank is not None and line.text.startswith(messages.CRASH)}))
     result = LaunchResult(script=script, command=agents[0].typed, run_dir=run_dir,
                           returncode=outcome.returncode, wall_time=outcome.wall_time,
                           lines=outcome.lines, metrics=metrics.read(metrics_file),
                           timed_out=outcome.timed_out, stacks=outcome.stacks,
+                          stopped_at=outcome.stopped_at,
                           script_digest=script_digest, failure_report=records.read(run_dir))
     if result.timed_out:
         raise LaunchTimeout(messages.timeout_message(result, timeout), result)
@@ -207,7 +205,7 @@ def _run(script: Path, agents: list[Agent], run_dir: Path, metrics_file: Path, t
 # Set for the notebook alone; any other variable the launch sets changes what a rank does, so it
 # is printed before the command (OMP_NUM_THREADS too, where the launcher would not set it itself).
 NOTEBOOK_ONLY_ENV = frozenset({"PYTHONPATH", "PYTHONUNBUFFERED", metrics.ENV_VAR, stacks.ENV_VAR,
-                               records.ENV_VAR, "DDP_WORKSHOP_RANK_ERRORS",
+                               records.ENV_VAR,
                                *torchrun.supervision(Path())})
 
 

@@ -1,74 +1,126 @@
-"""What a launch that ended badly says: which rank failed and how, or that torchrun itself did.
+"""What a launch that ended badly says: which rank failed and how, then what every failed or
+stopped rank did, by time; or that torchrun refused its command line.
 
-The root cause is the rank that raised first (its error file, ``records``), passing over ranks
-that only lost a peer (Gloo's "Connection closed by peer"). If every rank that raised only lost a
-peer, it is a rank killed by a signal (by hand, or out of memory), which left no file; SIGTERM is
-torchrun stopping the rest. Without error files (a rank waiting in NCCL raises nothing), it is
-torchrun's first failure, to the second, and each rank's last printed error line stands in.
+The record: torchrun's for each failed rank (``records``: its exit code or signal, when torchrun
+saw it end, to the second, and the exception ``@record`` wrote, to the millisecond); each rank's
+printed traceback or faulthandler report, timed when the launch read it (a script without
+``@record``, and every rank under mpiexec); whom torchrun stopped (``Sending process PID closing
+signal`` in its log), and when the launch stopped mpiexec's ranks. The rank named is the first that
+failed by itself. A rank that ended without a report (SIGKILL: out of memory, or by hand) has only
+torchrun's second, and torchrun looks every 0.1 s (``--monitor-interval``): it is placed at the
+start of the second before, ahead of the errors its end caused in its peers.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shlex
 import signal
+import time
+from dataclasses import dataclass
 
 from ddp_lib.launching import records, stacks
 from ddp_lib.launching.records import Failure
 from ddp_lib.launching.result import LaunchResult
 
-# What a rank raises when a peer's process went away first: a consequence, not a cause.
-PEER_GONE = re.compile(r"Connection (closed|reset) by peer", re.IGNORECASE)
+TRACEBACK = "Traceback (most recent call last)"  # how Python's report of an exception begins
+CRASH = "Fatal Python error"  # how faulthandler's report of a native crash begins
+_STOPPED = re.compile(r"Sending process (\d+) closing signal (SIG[A-Z]+)")  # torchrun's log
+
+
+@dataclass(frozen=True)
+class RankEnd:
+    """How one rank of a failed launch ended, as far as it was recorded."""
+
+    rank: int
+    error: str = ""  # its uncaught exception ("ValueError: ...") or faulthandler's first line
+    error_at: float | None = None  # when it raised or crashed, to the millisecond
+    exitcode: int | None = None  # torchrun's record (negative: the signal); None: none kept
+    seen_at: int | None = None  # when torchrun saw it end, to the second
+    stopped_by: str = ""  # "torchrun (SIGTERM)": the launcher stopped it
+    stopped_at: float | None = None
+
+    @property
+    def by_itself(self) -> bool:
+        """It raised or crashed, or ended badly without a launcher stopping it."""
+        return bool(self.error) or (self.exitcode not in (None, 0) and not self.stopped_by)
+
+    @property
+    def at(self) -> float | None:
+        """When it failed, as recorded: its report's time, else the stop's, else torchrun's."""
+        if self.error:
+            return self.error_at
+        return self.stopped_at if self.stopped_by else self.seen_at
+
+    @property
+    def to_the_second(self) -> bool:
+        return not self.error and self.at is not None and self.at == self.seen_at
+
+    @property
+    def earliest(self) -> float:
+        """The earliest it can have failed, by its record (see the module's text)."""
+        return math.inf if self.at is None else self.at - 1 if self.to_the_second else self.at
+
+
+def rank_ends(result: LaunchResult) -> list[RankEnd]:
+    """Every rank that failed or was stopped, by time (see the module's text)."""
+    failed = result.failure_report.failures
+    launcher = _launcher(result)
+    stops = {pid: (name, at) for pid, name, at in _stops(result)}
+    ends = []
+    for rank in sorted({*failed, *result.ranks()}):
+        record = failed.get(rank)
+        error, error_at = _error(result, rank)
+        if record is None and not error:
+            continue
+        stop_name, stop_at = stops.get(record.pid, ("", None)) if record else ("", None)
+        ends.append(RankEnd(rank, error, error_at,
+                            exitcode=record.exitcode if record else None,
+                            seen_at=record.timestamp if record else None,
+                            stopped_by=f"{launcher} ({stop_name})" if stop_name else "",
+                            stopped_at=stop_at))
+    return sorted(ends, key=lambda e: (e.earliest, e.rank))
+
+
+def root_cause(result: LaunchResult) -> tuple[int | None, int | None]:
+    """The first rank that failed by itself and its exit code (``None``: not recorded)."""
+    ends = rank_ends(result)
+    first = next((e for e in ends if e.by_itself), ends[0] if ends else None)
+    return (first.rank, first.exitcode) if first else (None, result.returncode)
 
 
 def raised_errors(result: LaunchResult) -> dict[int, Failure]:
-    """rank -> its failure, for every rank that failed with an uncaught exception."""
+    """rank -> torchrun's record, for every rank whose ``@record`` wrote its exception."""
     return {rank: failure for rank, failure in result.failure_report.failures.items()
             if failure.message is not None}
 
 
-def root_cause(result: LaunchResult) -> tuple[int | None, int | None]:
-    """The rank whose failure ended the launch and its exit code (``None``: not reported)."""
-    failed = result.failure_report.failures
-    raised = sorted((f for f in failed.values() if f.message is not None),
-                    key=lambda f: f.raised_at)
-    causes = [f for f in raised if not PEER_GONE.search(f.message)]
-    if causes:
-        return causes[0].rank, causes[0].exitcode
-    if raised:
-        # A SIGTERM is torchrun stopping the rest: a rank killed otherwise comes first.
-        killed = sorted((f.exitcode == -signal.SIGTERM, f.rank) for f in failed.values()
-                        if f.exitcode < 0 and f.message is None)
-        if killed:
-            return killed[0][1], failed[killed[0][1]].exitcode
-        first = raised[0]
-    elif failed:
-        # torchrun's own choice (ChildFailedError.get_first_failure): the earliest, to the second.
-        first = min(failed.values(), key=lambda f: f.timestamp)
-        others = [f for f in failed.values() if f.exitcode != -signal.SIGTERM]
-        if first.exitcode == -signal.SIGTERM and others:
-            # Without error files, a rank torchrun stopped can tie with the one that died.
-            first = min(others, key=lambda f: f.rank)
-            return first.rank, first.exitcode
-    else:
-        return None, result.returncode
-    if PEER_GONE.search(last_error(result, first.rank)):
-        # A rank stopped before it exited is in no record (torch 2.4); its traceback still says.
-        for other in result.ranks():
-            error = last_error(result, other)
-            if other != first.rank and error and not PEER_GONE.search(error):
-                return other, failed[other].exitcode if other in failed else None
-    return first.rank, first.exitcode
-
-
 def last_error(result: LaunchResult, rank: int) -> str:
-    """``rank``'s uncaught exception: from its error file, else its last traceback's last line."""
-    raised = raised_errors(result).get(rank)
-    if raised:
-        return raised.message
-    lines = _traceback(result.output(rank, stream="stderr")).strip().splitlines()
-    return lines[-1].strip() if lines else ""
+    """``rank``'s uncaught exception or crash: from its error file, else from its output."""
+    return _error(result, rank)[0]
+
+
+def _error(result: LaunchResult, rank: int) -> tuple[str, float | None]:
+    """``rank``'s uncaught exception (or faulthandler's first line) and when it came, else ``""``.
+    The last report is the one that ended it (an earlier attempt's error is not this failure's)."""
+    recorded = raised_errors(result).get(rank)
+    if recorded:
+        return recorded.message, recorded.raised_at
+    text, at = "", None
+    for line in (line for line in result.lines if line.rank == rank and line.stream == "stderr"):
+        if line.text.startswith((TRACEBACK, CRASH)):
+            at, text = line.time or None, line.text if line.text.startswith(CRASH) else ""
+        elif at is not None and not text and line.text.strip() and line.text[0] not in " \t":
+            text = line.text.strip()  # the first unindented line after the frames: the exception
+    return text, at
+
+
+def _stops(result: LaunchResult) -> list[tuple[int, str, float | None]]:
+    """``(pid, signal's name, when)`` for each worker torchrun's log says it stopped."""
+    found = ((_STOPPED.search(line.text), line.time) for line in result.lines if line.rank is None)
+    return [(int(match.group(1)), match.group(2), at or None) for match, at in found if match]
 
 
 def refusal(result: LaunchResult) -> str | None:
@@ -87,7 +139,7 @@ def refusal_message(result: LaunchResult, complaint: str) -> str:
 
 def _crash_report(text: str) -> str:
     """faulthandler's report of a native crash (``worker_site``), without its module list."""
-    start = text.rfind("Fatal Python error:")
+    start = text.rfind(CRASH)
     if start < 0:
         return ""
     lines = text[start:].splitlines()
@@ -107,21 +159,62 @@ def crash_location(report: str, script: str | os.PathLike) -> str:
 
 
 def _traceback(text: str) -> str:
-    start = text.rfind("Traceback (most recent call last)")
+    start = text.rfind(TRACEBACK)
     return text[start:] if start >= 0 else ""
 
 
-def _exit_description(exitcode: int | None, raised: bool = False, launcher: str = "") -> str:
-    if exitcode is None or (raised and exitcode == -signal.SIGTERM):  # a peer exited first
+def _signal_name(exitcode: int) -> str:
+    try:
+        return signal.Signals(-exitcode).name
+    except ValueError:
+        return f"signal {-exitcode}"
+
+
+def _how_it_ended(end: RankEnd | None, exitcode: int | None, launcher: str) -> str:
+    raised = bool(end and end.error and not end.error.startswith(CRASH))
+    if raised and exitcode is None and launcher == "mpiexec":
+        return "raised an exception"  # MPICH keeps no exit code per rank
+    if exitcode is None or (raised and end.stopped_by):
         return f"raised an exception, and {launcher} stopped it before it exited,"
     if exitcode < 0:
-        try:
-            name = signal.Signals(-exitcode).name
-        except ValueError:
-            name = f"signal {-exitcode}"
-        hint = " (out of memory, or killed by hand?)" if name == "SIGKILL" else ""
-        return f"was killed by {name}{hint}"
+        name = _signal_name(exitcode)
+        return f"was killed by {name}" + (" (out of memory, or killed by hand?)"
+                                          if name == "SIGKILL" else "")
     return f"exited with code {exitcode}"
+
+
+def _shortened(text: str, width: int = 110) -> str:
+    return text if len(text) <= width else text[:width - 3].rstrip() + "..."
+
+
+def _clock(at: float | None, to_the_second: bool = False) -> str:
+    if at is None:
+        return " " * 12
+    shown = time.strftime("%H:%M:%S", time.localtime(at))
+    return f"{shown}    " if to_the_second else f"{shown}.{int(at * 1000) % 1000:03d}"
+
+
+def in_order(result: LaunchResult) -> list[str]:
+    """What each failed or stopped rank did, a line each, by time."""
+    launcher = _launcher(result)
+    shown = []
+    for end in rank_ends(result):
+        parts = [_shortened(end.error)] if end.error else []
+        if end.stopped_by:
+            parts.append(f"stopped by {end.stopped_by} at {_clock(end.stopped_at).strip()}")
+        elif end.exitcode is not None and end.exitcode < 0:
+            parts.append(f"killed by {_signal_name(end.exitcode)}")
+        elif end.exitcode is not None:
+            parts.append(f"exited with code {end.exitcode}")
+        shown.append(f"{_clock(end.at, end.to_the_second)}  rank {end.rank}: {'; '.join(parts)}"
+                     + ("  (torchrun's time, to the second)" if end.to_the_second else ""))
+    recorded = {failure.pid for failure in result.failure_report.failures.values()}
+    shown += [f"{_clock(at)}  {launcher} stopped the worker with pid {pid} ({name})"
+              for pid, name, at in _stops(result) if pid not in recorded]
+    if result.stopped_at is not None:
+        shown.append(f"{_clock(result.stopped_at)}  the launch stopped {launcher} and every rank "
+                     "still running")
+    return shown
 
 
 def failure_message(result: LaunchResult, rank: int | None, exitcode: int | None) -> str:
@@ -132,29 +225,22 @@ def failure_message(result: LaunchResult, rank: int | None, exitcode: int | None
             [line.text for line in result.lines if line.rank is None])
         if signal_number:  # mpiexec says which signal, not which rank (see records)
             who, exitcode = "A rank (mpiexec does not say which)", -signal_number
-    raised = raised_errors(result).get(rank) if rank is not None else None
+    end = next((e for e in rank_ends(result) if e.rank == rank), None)
+    recorded = raised_errors(result).get(rank) if rank is not None else None
     text = result.output(rank if rank is not None else launcher, stream="stderr")
     crash = _crash_report(text)
-    tb = (raised.traceback.rstrip() if raised and raised.traceback else
+    tb = (recorded.traceback.rstrip() if recorded and recorded.traceback else
           crash or _traceback(text) or "\n".join(text.splitlines()[-15:]))
-    parts = [f"{who} {_exit_description(exitcode, bool(raised), launcher)} while running "
+    parts = [f"{who} {_how_it_ended(end, exitcode, launcher)} while running "
              f"{result.script.name} (launch ended after {result.wall_time:.1f} s)."]
-    where = crash_location(crash, result.script) if crash and not raised else ""
+    where = crash_location(crash, result.script) if crash and not recorded else ""
     if where:
         parts.append(where)
     if tb:
         parts.append(f"Its error output:\n{_indent(tb)}")
-    failed = result.failure_report.failures
-    errors = {other: last_error(result, other)
-              for other in sorted({*result.ranks(), *failed}) if other != rank}
-    others = [f"rank {other}: {error}" for other, error in errors.items() if error]
-    # A rank killed from outside (SIGTERM is torchrun stopping the rest) printed no error.
-    others += [f"rank {other}: {_exit_description(failed[other].exitcode)}"
-               for other, error in errors.items() if not error and other in failed
-               and failed[other].exitcode < 0 and failed[other].exitcode != -signal.SIGTERM]
-    if others:
-        parts.append("Other ranks that failed (their last error line):\n"
-                     + _indent("\n".join(others)))
+    happened = in_order(result)
+    if len(happened) > 1:
+        parts.append("What each rank did, in order:\n" + _indent("\n".join(happened)))
     parts.append(f"All output: result.output(); torchrun's logs: {result.run_dir / 'torchrun'}"
                  if launcher == "torchrun" else
                  f"All output: result.output(), and {result.run_dir / 'output.log'}")

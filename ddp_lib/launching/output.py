@@ -12,18 +12,21 @@ from ddp_lib.launching.result import Line
 
 
 def read_lines(pipe, stream: str, node: int, launcher: str, out: queue.Queue) -> None:
-    """Put each line of ``pipe`` on ``out`` as it comes, then ``None`` for its end."""
+    """Put each line of ``pipe`` on ``out`` as it comes, with when it came, then ``None``."""
     with pipe:
         for raw in iter(pipe.readline, b""):
-            out.put((stream, raw.decode("utf-8", errors="replace").rstrip("\r\n"), node, launcher))
+            out.put((stream, raw.decode("utf-8", errors="replace").rstrip("\r\n"), node, launcher,
+                     time.time()))
     out.put(None)
 
 
-def parse(stream: str, text: str, node: int = 0, launcher: str = "torchrun") -> Line:
-    """The line as printed by a rank (its ``[rankN]: `` label removed) or by the launcher."""
+def parse(stream: str, text: str, node: int = 0, launcher: str = "torchrun",
+          at: float = 0.0) -> Line:
+    """The line as printed by a rank (its ``[rankN]: `` label removed) or by the launcher; ``at``
+    is when it was read."""
     match = torchrun.RANK_PREFIX.match(text)
     if not match:
-        return Line(launcher, stream, text, node)
+        return Line(launcher, stream, text, node, at)
     rank = match.group(1)
     text = text[match.end():]
     if launcher == "mpiexec":  # mpiexec labels each piece it reads: a line written in pieces
@@ -32,7 +35,7 @@ def parse(stream: str, text: str, node: int = 0, launcher: str = "torchrun") -> 
     repeat = f"[rank{rank}]: "
     if text.startswith(repeat):
         text = text[len(repeat):]
-    return Line(f"rank{rank}", stream, text, node)
+    return Line(f"rank{rank}", stream, text, node, at)
 
 
 # First line of a launcher's report on failed ranks: torchrun's traceback, MPICH's banner.

@@ -1,9 +1,10 @@
 """Each rank's failure as torchrun's agent knows it, kept as data for the launch to read.
 
 ``python -m ddp_lib.launching.torchrun_main`` writes each failed rank's ``ProcessFailure`` (or
-the refused command line) as JSON in its log folder; for mpiexec, ``record_mpiexec`` does. MPICH
-names the signal that killed a rank but not the rank: only faulthandler's report tells, and
-SIGKILL has none.
+the refused command line) as JSON in its log folder: its exit code or signal, and the exception
+that ``@record`` wrote to its error file, if the script has it. For mpiexec, ``record_mpiexec``
+does what it can: MPICH names the signal that killed a rank but not the rank (only faulthandler's
+report tells, and SIGKILL has none).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class Failure:
     timestamp: int  # torchrun's, in seconds: when the rank raised, else when the agent noticed
     message: str | None = None  # the uncaught exception ("ValueError: ..."), from its error file
     traceback: str = ""
-    raised_at: float | None = None  # when the error file was written: orders ranks within a second
+    raised_at: float | None = None  # when the error file was written: to the millisecond
 
 
 @dataclass(frozen=True)
@@ -53,14 +54,13 @@ def from_torch(rank: int, failure) -> Failure:
 
 
 def _exception(error_file_data: dict) -> tuple[str | None, str]:
-    """The exception and traceback in an error file (``@record``'s format, or a bare message)."""
+    """The exception and traceback in an error file (``@record``'s form, or a bare message)."""
     message = error_file_data.get("message")
     if isinstance(message, dict):
         return message.get("message"), message.get("extraInfo", {}).get("py_callstack", "")
     return message, ""
 
 
-RANK_ERROR_FILE = "rank{rank}.error.json"  # where a rank of an mpiexec launch writes its exception
 _MPICH_SIGNAL = re.compile(r"EXIT STRING: .*\(signal (\d+)\)")
 
 
@@ -70,30 +70,15 @@ def mpiexec_signal(launcher_lines: list[str]) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def record_mpiexec(path: str | os.PathLike, rank_errors: Path, launcher_lines: list[str],
-                   crashed: list[int]) -> None:
-    """Write what failed in an mpiexec launch to ``path``, in the form torchrun's are kept.
-
-    Args:
-        path: the file to write (nothing is written when no rank failed).
-        rank_errors: the folder where the ranks wrote their uncaught exceptions.
-        launcher_lines: mpiexec's own output, with MPICH's report of a rank killed by a signal.
-        crashed: the ranks that printed faulthandler's report of a fatal signal.
-    """
-    found = []
-    for error_file in sorted(rank_errors.glob(RANK_ERROR_FILE.format(rank="*"))):
-        rank = int(error_file.name[len("rank"):].split(".")[0])
-        message, traceback = _exception(json.loads(error_file.read_text(encoding="utf-8")))
-        written = error_file.stat().st_mtime
-        found.append(Failure(rank=rank, local_rank=None, pid=None, exitcode=1,  # Python's
-                             timestamp=int(written), message=message, traceback=traceback,
-                             raised_at=written))
+def record_mpiexec(path: str | os.PathLike, launcher_lines: list[str], crashed: list[int]) -> None:
+    """Write to ``path``, in the form torchrun's are kept, the one rank MPICH reports killed by a
+    signal, when one rank alone printed faulthandler's report (``crashed``); MPICH keeps no other
+    record of its ranks: their exceptions are in their output."""
     signal_number = mpiexec_signal(launcher_lines)
     if signal_number and len(crashed) == 1:
-        found.append(Failure(rank=crashed[0], local_rank=None, pid=None,
-                             exitcode=-signal_number, timestamp=int(time.time())))
-    if found:
-        _write(path, {"failures": [dataclasses.asdict(failure) for failure in found]})
+        failure = Failure(rank=crashed[0], local_rank=None, pid=None, exitcode=-signal_number,
+                          timestamp=int(time.time()))
+        _write(path, {"failures": [dataclasses.asdict(failure)]})
 
 
 def record(path: str | os.PathLike, failed) -> None:

@@ -15,12 +15,14 @@ _LIBRARY = Path(__file__).resolve().parents[1]  # ddp_lib
 
 @dataclass
 class Line:
-    """One line of output: its source (global ``"rank0"``, or the launcher), stream and node."""
+    """One line of output: its source (global ``"rank0"``, or the launcher), stream and node, and
+    when the launch read it (``time.time()``; 0 where not known), which orders the ranks' errors."""
 
     source: str
     stream: str
     text: str
     node: int = 0
+    time: float = 0.0
 
     @property
     def rank(self) -> int | None:
@@ -107,6 +109,7 @@ class LaunchResult:
     stacks: dict[int, str] = field(default_factory=dict)  # rank -> its stacks, if it hung
     script_digest: str = ""  # the script's ``digest`` when it was launched
     failure_report: Report = field(default_factory=lambda: Report({}))  # what the agents recorded
+    stopped_at: float | None = None  # when the launch stopped a failing launch (mpiexec's ranks)
 
     @property
     def ok(self) -> bool:

@@ -3,7 +3,8 @@
 torchrun starts each worker in a session of its own, so killing the agent's process group would
 orphan them: the agent gets SIGTERM (and stops its workers), and only after a grace period is
 every process the launch started killed. mpiexec does not stop the other ranks when one raises
-(they would wait in their next collective until the timeout), so the launch does.
+(they would wait in their next collective until the timeout), so the launch does, a moment after
+a rank printed its uncaught exception.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 import psutil
 
 from ddp_lib.launching import stacks
+from ddp_lib.launching.messages import CRASH, TRACEBACK
 from ddp_lib.launching.output import Echo, parse, read_lines
 from ddp_lib.launching.result import LaunchInterrupted, Line
 
@@ -35,6 +37,7 @@ class Outcome:
 
     lines: list[Line] = field(default_factory=list)
     returncode: int | None = None
+    stopped_at: float | None = None  # the ``time.time()`` the launch stopped a failing launch
     timed_out: bool = False
     wall_time: float = 0.0
     stacks: dict[int, str] = field(default_factory=dict)  # rank -> its threads' stacks
@@ -50,7 +53,6 @@ class Agent:
     cores: list[int] = field(default_factory=list)
     typed: list[str] = field(default_factory=list)  # the command as a person types it
     workers_below: int = 1  # how deep the ranks are in the process tree
-    rank_errors: Path | None = None  # where mpiexec's ranks write their uncaught exceptions
 
     @property
     def name(self) -> str:
@@ -133,6 +135,7 @@ def _relay(agents: list[Agent], procs: list[subprocess.Popen],
     """Pass lines to ``echo`` until every pipe is closed; stop at the timeout or on a failure
     (if one of several agents fails, the others' workers would wait until the timeout)."""
     refreshed = 0.0
+    first_raised: float | None = None  # when a rank under mpiexec began its error report
     while echo.open_streams(len(procs)):
         now = time.monotonic()
         if now - refreshed >= 0.5:  # while lines flow too: a rank that dies fast is still seen
@@ -151,8 +154,10 @@ def _relay(agents: list[Agent], procs: list[subprocess.Popen],
                 outcome.stacks = _ask_for_stacks(watchers, stacks_dir)
                 _stop_all(procs, watchers)
             elif not stopped and ((len(procs) > 1 and any(p.poll() not in (None, 0) for p in procs))
-                                  or any(_raised_a_while_ago(agent) for agent in agents)):
+                                  or (first_raised is not None
+                                      and time.time() - first_raised >= RANK_ERROR_GRACE_S)):
                 echo.stopping()
+                outcome.stopped_at = time.time()
                 _stop_all(procs, watchers)
             echo.tick()
             continue
@@ -160,22 +165,13 @@ def _relay(agents: list[Agent], procs: list[subprocess.Popen],
             echo.closed_streams += 1
             continue
         line = parse(*item)
+        if (first_raised is None and agents[0].name == "mpiexec" and line.rank is not None
+                and line.stream == "stderr" and line.text.startswith((TRACEBACK, CRASH))):
+            first_raised = line.time  # (torchrun stops its workers itself)
         outcome.lines.append(line)
         echo(line)
     for proc in procs:
         proc.wait()
-
-
-def _raised_a_while_ago(agent: Agent) -> bool:
-    """Whether a rank of ``agent`` wrote its uncaught exception ``RANK_ERROR_GRACE_S`` ago."""
-    if agent.rank_errors is None:
-        return False
-    try:
-        written = [entry.stat().st_mtime for entry in os.scandir(agent.rank_errors)
-                   if entry.name.endswith(".json")]
-    except OSError:
-        return False
-    return bool(written) and time.time() - min(written) >= RANK_ERROR_GRACE_S
 
 
 def _ask_for_stacks(watchers: list[_ProcessWatcher], folder: Path | None) -> dict[int, str]:
