@@ -364,6 +364,32 @@ def test_the_message_says_what_every_rank_did_in_order(workdir):
     assert "rank 2: stopped by torchrun (SIGTERM) at " in listed[2]
 
 
+TWO_ATTEMPTS = """
+    import os, time
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    attempt, rank = int(os.environ["TORCHELASTIC_RESTART_COUNT"]), dist.get_rank()
+    if attempt == 0 and rank == 0:
+        raise RuntimeError("the first attempt's error")  # torchrun stops rank 1, then restarts
+    if attempt == 1 and rank == 1:
+        raise ValueError("the last attempt's error")  # torchrun stops rank 0, and gives up
+    time.sleep(60)
+"""
+
+
+def test_an_earlier_attempts_error_is_not_this_failures(make_script):
+    script = make_script("two_attempts.py", TWO_ATTEMPTS)
+    with pytest.raises(RankFailed) as info:
+        launch(script, nproc_per_node=2, max_restarts=1, timeout=120, stream=False)
+    err = info.value
+    assert err.rank == 1 and "ValueError: the last attempt's error" in str(err), str(err)
+    assert "the first attempt's error" not in str(err), str(err)
+    assert err.result.restarted_at is not None
+    stale = err.result.output(0, stream="stderr")
+    assert "RuntimeError: the first attempt's error" in stale  # still in the output
+
+
 def test_rank_killed_by_signal_is_reported(make_script):
     script = make_script("killed.py", RANK1_FAILS)
     with pytest.raises(RankFailed) as info:

@@ -186,7 +186,7 @@ def _run(script: Path, agents: list[Agent], run_dir: Path, metrics_file: Path, t
                           returncode=outcome.returncode, wall_time=outcome.wall_time,
                           lines=outcome.lines, metrics=metrics.read(metrics_file),
                           timed_out=outcome.timed_out, stacks=outcome.stacks,
-                          stopped_at=outcome.stopped_at,
+                          stopped_at=outcome.stopped_at, restarted_at=outcome.restarted_at,
                           script_digest=script_digest, failure_report=records.read(run_dir))
     if result.timed_out:
         raise LaunchTimeout(messages.timeout_message(result, timeout), result)

@@ -104,12 +104,14 @@ def last_error(result: LaunchResult, rank: int) -> str:
 
 def _error(result: LaunchResult, rank: int) -> tuple[str, float | None]:
     """``rank``'s uncaught exception (or faulthandler's first line) and when it came, else ``""``.
-    The last report is the one that ended it (an earlier attempt's error is not this failure's)."""
+    Only the last attempt's (an earlier attempt's error, before torchrun restarted the workers,
+    is not this failure's)."""
     recorded = raised_errors(result).get(rank)
     if recorded:
         return recorded.message, recorded.raised_at
     text, at = "", None
-    for line in (line for line in result.lines if line.rank == rank and line.stream == "stderr"):
+    for line in (line for line in result.last_attempt()
+                 if line.rank == rank and line.stream == "stderr"):
         if line.text.startswith((TRACEBACK, CRASH)):
             at, text = line.time or None, line.text if line.text.startswith(CRASH) else ""
         elif at is not None and not text and line.text.strip() and line.text[0] not in " \t":
@@ -119,7 +121,8 @@ def _error(result: LaunchResult, rank: int) -> tuple[str, float | None]:
 
 def _stops(result: LaunchResult) -> list[tuple[int, str, float | None]]:
     """``(pid, signal's name, when)`` for each worker torchrun's log says it stopped."""
-    found = ((_STOPPED.search(line.text), line.time) for line in result.lines if line.rank is None)
+    found = ((_STOPPED.search(line.text), line.time) for line in result.last_attempt()
+             if line.rank is None)
     return [(int(match.group(1)), match.group(2), at or None) for match, at in found if match]
 
 

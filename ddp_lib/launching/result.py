@@ -110,6 +110,12 @@ class LaunchResult:
     script_digest: str = ""  # the script's ``digest`` when it was launched
     failure_report: Report = field(default_factory=lambda: Report({}))  # what the agents recorded
     stopped_at: float | None = None  # when the launch stopped a failing launch (mpiexec's ranks)
+    restarted_at: float | None = None  # when torchrun last started the workers anew
+
+    def last_attempt(self) -> list[Line]:
+        """The lines since torchrun last restarted the workers (all, if it never did)."""
+        since = self.restarted_at or 0.0
+        return [line for line in self.lines if not line.time or line.time >= since]
 
     @property
     def ok(self) -> bool:

@@ -38,6 +38,7 @@ class Outcome:
     lines: list[Line] = field(default_factory=list)
     returncode: int | None = None
     stopped_at: float | None = None  # the ``time.time()`` the launch stopped a failing launch
+    restarted_at: float | None = None  # when torchrun last started the workers anew
     timed_out: bool = False
     wall_time: float = 0.0
     stacks: dict[int, str] = field(default_factory=dict)  # rank -> its threads' stacks
@@ -124,6 +125,7 @@ def run(agents: list[Agent], *, timeout: float, stream: bool, script: Path,
             watcher.kill_leftovers()
         outcome.failed_bar = echo.close(failure)
     outcome.wall_time = time.monotonic() - start
+    outcome.restarted_at = max((w.restarted_at for w in watchers if w.restarted_at), default=None)
     if echo.hidden:
         echo.note(echo.kept().strip())
     return outcome
@@ -142,7 +144,8 @@ def _relay(agents: list[Agent], procs: list[subprocess.Popen],
             refreshed = now
             for watcher in watchers:
                 watcher.refresh()
-            if echo.ranks_started is None and any(w.workers() for w in watchers):
+                watcher.note_workers()
+            if echo.ranks_started is None and any(w.worker_pids for w in watchers):
                 echo.ranks_started = now
         try:
             item = lines.get(timeout=0.1)
@@ -225,6 +228,21 @@ class _ProcessWatcher:
         self.root = psutil.Process(pid)
         self.workers_below = workers_below
         self.seen: dict[int, psutil.Process] = {pid: self.root}
+        self.worker_pids: set[int] = set()  # every worker seen, of every attempt
+        self.restarted_at: float | None = None  # the time.time() torchrun last replaced them
+        self._empty_since: float | None = None
+        self._looked_at: float | None = None
+
+    def note_workers(self) -> None:
+        """Keep when a set of workers replaced the last (torchrun restarts them all together):
+        the first look at which none was running, else the last look before the new ones."""
+        now = time.time()
+        alive = {p.pid for p in self.workers() if _running(p)}
+        if alive and self.worker_pids and not alive & self.worker_pids:
+            self.restarted_at = self._empty_since or self._looked_at
+        self._empty_since = None if alive else (self._empty_since or now)
+        self.worker_pids |= alive
+        self._looked_at = now
 
     def refresh(self) -> None:
         try:
