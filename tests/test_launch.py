@@ -298,6 +298,17 @@ def test_an_error_file_and_a_printed_traceback_are_ordered_together(workdir):
     assert "Timed out waiting 4000ms" in messages.failure_message(result, 1, None)
 
 
+def test_an_earlier_attempts_traceback_is_not_shown_as_this_failures(workdir):
+    # Rank 1 raised in the first attempt; torchrun restarted the workers at 60, and in the last
+    # attempt rank 1 was killed without a report: its old traceback is not its error now.
+    lines = printed_traceback(1, "ValueError: the first attempt's", at=50.0)
+    result = result_of(workdir, {1: failed(workdir, 1, -9, at=100.0)}, lines)
+    result.restarted_at = 60.0
+    assert messages.root_cause(result) == (1, -9)
+    message = messages.failure_message(result, 1, -9)
+    assert message.startswith("Rank 1 was killed by SIGKILL") and "first attempt" not in message
+
+
 def test_the_rank_that_raised_first_is_read_to_the_fraction_of_a_second(workdir):
     # torchrun's timestamps are whole seconds; when the error files were written is finer.
     result = result_of(workdir, {

@@ -191,7 +191,7 @@ def _run(script: Path, agents: list[Agent], run_dir: Path, metrics_file: Path, t
     if result.timed_out:
         raise LaunchTimeout(messages.timeout_message(result, timeout), result)
     if result.returncode != 0 and check:
-        complaint = messages.refusal(result)
+        complaint = result.failure_report.refused  # torchrun refused its command line
         if complaint:
             raise LaunchError(messages.refusal_message(result, complaint), result)
         rank, exitcode = messages.root_cause(result)

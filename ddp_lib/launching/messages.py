@@ -4,11 +4,12 @@ stopped rank did, by time; or that torchrun refused its command line.
 The record: torchrun's for each failed rank (``records``: its exit code or signal, when torchrun
 saw it end, to the second, and the exception ``@record`` wrote, to the millisecond); each rank's
 printed traceback or faulthandler report, timed when the launch read it (a script without
-``@record``, and every rank under mpiexec); whom torchrun stopped (``Sending process PID closing
-signal`` in its log), and when the launch stopped mpiexec's ranks. The rank named is the first that
-failed by itself. A rank that ended without a report (SIGKILL: out of memory, or by hand) has only
-torchrun's second, and torchrun looks every 0.1 s (``--monitor-interval``): it is placed at the
-start of the second before, ahead of the errors its end caused in its peers.
+``@record``, and every rank under mpiexec; torchrun copies each worker's output every 0.1 s,
+``tail_log.py``, so up to 0.1 s late); whom torchrun stopped (``Sending process PID closing
+signal`` in its log), and when the launch stopped mpiexec's ranks. The rank named is the first
+that failed by itself. A rank that ended without a report (SIGKILL: out of memory, or by hand)
+has only torchrun's second, and torchrun looks every 0.1 s (``--monitor-interval``): it is placed
+at the start of the second before, ahead of the errors its end caused in its peers.
 """
 
 from __future__ import annotations
@@ -110,8 +111,7 @@ def _error(result: LaunchResult, rank: int) -> tuple[str, float | None]:
     if recorded:
         return recorded.message, recorded.raised_at
     text, at = "", None
-    for line in (line for line in result.last_attempt()
-                 if line.rank == rank and line.stream == "stderr"):
+    for line in result.last_attempt(f"rank{rank}", "stderr"):
         if line.text.startswith((TRACEBACK, CRASH)):
             at, text = line.time or None, line.text if line.text.startswith(CRASH) else ""
         elif at is not None and not text and line.text.strip() and line.text[0] not in " \t":
@@ -124,11 +124,6 @@ def _stops(result: LaunchResult) -> list[tuple[int, str, float | None]]:
     found = ((_STOPPED.search(line.text), line.time) for line in result.last_attempt()
              if line.rank is None)
     return [(int(match.group(1)), match.group(2), at or None) for match, at in found if match]
-
-
-def refusal(result: LaunchResult) -> str | None:
-    """torchrun's own complaint about its command line, if that is why no worker ran."""
-    return result.failure_report.refused
 
 
 def refusal_message(result: LaunchResult, complaint: str) -> str:
@@ -230,7 +225,8 @@ def failure_message(result: LaunchResult, rank: int | None, exitcode: int | None
             who, exitcode = "A rank (mpiexec does not say which)", -signal_number
     end = next((e for e in rank_ends(result) if e.rank == rank), None)
     recorded = raised_errors(result).get(rank) if rank is not None else None
-    text = result.output(rank if rank is not None else launcher, stream="stderr")
+    source = f"rank{rank}" if rank is not None else launcher
+    text = "\n".join(line.text for line in result.last_attempt(source, "stderr"))
     crash = _crash_report(text)
     tb = (recorded.traceback.rstrip() if recorded and recorded.traceback else
           crash or _traceback(text) or "\n".join(text.splitlines()[-15:]))

@@ -112,10 +112,12 @@ class LaunchResult:
     stopped_at: float | None = None  # when the launch stopped a failing launch (mpiexec's ranks)
     restarted_at: float | None = None  # when torchrun last started the workers anew
 
-    def last_attempt(self) -> list[Line]:
-        """The lines since torchrun last restarted the workers (all, if it never did)."""
+    def last_attempt(self, source: str | None = None, stream: str | None = None) -> list[Line]:
+        """The lines since torchrun last restarted the workers (all, if it never did); only
+        ``source``'s (``"rank0"``, ``"torchrun"``) and ``stream``'s, if given."""
         since = self.restarted_at or 0.0
-        return [line for line in self.lines if not line.time or line.time >= since]
+        return [line for line in self.lines if (not line.time or line.time >= since)
+                and source in (None, line.source) and stream in (None, line.stream)]
 
     @property
     def ok(self) -> bool:
